@@ -1,0 +1,87 @@
+"""rosbag2 reading and writing through rosbags: the only module that imports it, lazily.
+
+rosbags reads both storage formats (sqlite3, Humble's default; MCAP, Jazzy's) without ROS,
+and carries the message classes of each distribution.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Tuple
+
+ROSBAGS_MISSING = ('reading bags needs the rosbags package: pip install rosbags '
+                   '(or pip install ardupilot_json_bridge[replay])')
+
+
+class BagError(RuntimeError):
+    """A bag that cannot be replayed as configured; the message says what to change."""
+
+
+def _rosbags():
+    try:
+        import rosbags.highlevel
+        import rosbags.rosbag2
+        import rosbags.typesys
+    except ImportError:
+        raise BagError(ROSBAGS_MISSING) from None
+    return rosbags
+
+
+@dataclass(frozen=True)
+class BagMessage:
+    """One message of a bag: its topic, log time (ns) and deserialized message."""
+
+    topic: str
+    log_time_ns: int
+    message: Any
+
+
+def bag_topics(path: str) -> Dict[str, str]:
+    """Topic name -> message type of every topic in the bag."""
+    rosbags = _rosbags()
+    try:
+        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+            return {c.topic: c.msgtype for c in reader.connections}
+    except Exception as error:
+        raise BagError(f'cannot open bag {path}: {error}') from None
+
+
+def read_messages(path: str, topics: Iterable[str]) -> List[BagMessage]:
+    """Every message of the given topics, in log-time order (bags here are small)."""
+    rosbags = _rosbags()
+    wanted = set(topics)
+    try:
+        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+            connections = [c for c in reader.connections if c.topic in wanted]
+            return [BagMessage(c.topic, t, reader.deserialize(raw, c.msgtype))
+                    for c, t, raw in reader.messages(connections=connections)]
+    except Exception as error:
+        raise BagError(f'cannot read bag {path}: {error}') from None
+
+
+def typestore(distribution: str = 'humble') -> Any:
+    """rosbags' message classes of a ROS 2 distribution ('humble' or 'jazzy')."""
+    rosbags = _rosbags()
+    stores = rosbags.typesys.Stores
+    return rosbags.typesys.get_typestore(getattr(stores, f'ROS2_{distribution.upper()}'))
+
+
+def write_bag(path: str, messages: Iterable[Tuple[str, str, int, Any]], store: Any,
+              storage: str = 'sqlite3', compress: bool = False) -> None:
+    """Write (topic, msgtype, log_time_ns, message) tuples as a rosbag2 Humble can read.
+
+    compress: zstd file compression, which ros2 bag play reads with its default plugins.
+    """
+    rosbags = _rosbags()
+    bag = rosbags.rosbag2
+    plugin = {'sqlite3': bag.StoragePlugin.SQLITE3, 'mcap': bag.StoragePlugin.MCAP}[storage]
+    connections: Dict[str, Any] = {}
+    writer = bag.Writer(Path(path), version=8, storage_plugin=plugin)
+    if compress:
+        writer.set_compression(bag.CompressionMode.FILE, bag.CompressionFormat.ZSTD)
+    with writer:
+        for topic, msgtype, log_time_ns, message in messages:
+            if topic not in connections:
+                connections[topic] = writer.add_connection(topic, msgtype, typestore=store)
+            writer.write(connections[topic], log_time_ns,
+                         store.serialize_cdr(message, msgtype))
+

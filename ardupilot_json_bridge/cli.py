@@ -1,0 +1,121 @@
+"""`ardupilot-json-bridge`: serve SITL from a bag or an FDMData simulator, without ROS."""
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import List, Optional
+
+from ardupilot_json_bridge.bagfile import BagError
+from ardupilot_json_bridge.config import (
+    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
+from ardupilot_json_bridge.link import LinkError, SitlLink
+from ardupilot_json_bridge.pwm import ActuatorMapper
+from ardupilot_json_bridge.stats import InputMeter, LinkStats
+
+LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
+
+
+def _sample_bag() -> str:
+    from ardupilot_json_bridge.sample_bag import SAMPLE_BAG
+    return SAMPLE_BAG
+
+
+def load_config(path: Optional[str], namespace: str, overrides: dict) -> BridgeConfig:
+    """The bridge configuration from a ros__parameters file, with command-line overrides."""
+    parameters = load_parameters_file(path, NODE_NAME, namespace) if path else {}
+    parameters.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_parameters(parameters)
+
+
+def format_report(stats: LinkStats, meters: List[InputMeter], now: float) -> str:
+    """The end-of-run summary: link counters, latency and each input's rate and age."""
+    lines = ['link: ' + ', '.join(f'{k} {v}' for k, v in stats.summary().items())]
+    for meter in meters:
+        if meter.count or meter.rejected:
+            age = meter.age(now)
+            lines.append(f'input {meter.name}: {meter.count} messages, {meter.rejected} '
+                         f'rejected, {meter.rate():.1f} Hz, last {age:.2f} s ago')
+    return '\n'.join(lines)
+
+
+def _add_link_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--instance', type=int, help='SITL instance -I N (port 9002 + 10 N)')
+    parser.add_argument('--config', help='ros__parameters YAML (the node\'s presets work)')
+    parser.add_argument('--bind', dest='bind_address', help='address to listen on')
+    parser.add_argument('--port', type=int, help='UDP port (default 9002 + 10 x instance)')
+    parser.add_argument('--log-level', default='info',
+                        choices=['debug', 'info', 'warning', 'error'])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='ardupilot-json-bridge',
+        description='Serve ArduPilot SITL (--model JSON:<ip>) without ROS.')
+    commands = parser.add_subparsers(dest='command', required=True)
+    replay = commands.add_parser(
+        'replay', help='serve SITL from a rosbag2 of a simulator\'s topics',
+        description='Replay a rosbag2 (sqlite3 or MCAP) of odometry and IMU to SITL. '
+                    'Without BAG, a shipped sample (a vehicle resting on the ground) '
+                    'plays in a loop.')
+    replay.add_argument('bag', nargs='?', help='rosbag2 directory')
+    replay.add_argument('--namespace', default='', help='namespace of the recorded topics')
+    replay.add_argument('--rate', type=float, default=1.0,
+                        help='playback speed; 0 plays as fast as SITL asks (default 1)')
+    replay.add_argument('--loop', action='store_true', help='start over at the end')
+    _add_link_arguments(replay)
+    return parser
+
+
+def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
+    from ardupilot_json_bridge.replay import BagReplay, ReplaySettings
+    from ardupilot_json_bridge.routes import input_routes
+    from ardupilot_json_bridge.state import SensorState
+    log = logging.getLogger('ardupilot_json_bridge')
+    bag = args.bag or _sample_bag()
+    config = load_config(args.config, args.namespace, {
+        'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
+    state = SensorState(config.state)
+    replay = BagReplay(ReplaySettings(bag, args.namespace, args.rate,
+                                      args.loop or args.bag is None),
+                       input_routes(config, state), state)
+    mapper = ActuatorMapper(config.outputs)
+    link = SitlLink(config.link, state,
+                    on_frame=(lambda packet: mapper.apply(packet.pwm)) if config.outputs else None)
+    log.info(f'replaying {bag} ({len(replay.messages)} messages, {replay.span:.2f} s'
+             f'{", looping" if replay.settings.loop else ""}) at rate '
+             f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
+    link.start()
+    replay.start()
+    finished = threading.Thread(target=lambda: (replay.finished.wait(), stop.set()),
+                                daemon=True)
+    finished.start()
+    stop.wait()
+    if replay.finished.is_set():
+        link.state.close()
+    replay.stop()
+    link.stop()
+    print(format_report(link.stats, list(state.meters.values()), time.monotonic()))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    stop = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stop.set())
+    try:
+        return run_replay(args, stop)
+    except (ConfigError, BagError) as error:
+        logging.getLogger('ardupilot_json_bridge').error(str(error))
+        return 2
+    except LinkError as error:
+        logging.getLogger('ardupilot_json_bridge').error(str(error))
+        return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,357 @@
+"""One configuration for the node, the replay runner and the tests, validated once.
+
+Settings are ROS parameters: flat names with dots, as a ros__parameters YAML file or the
+node's declared parameters give them. PARAMETERS describes every fixed one (the node declares
+them from it); output groups add outputs.<group>.<setting> for each name in output_groups.
+"""
+
+from dataclasses import dataclass
+import math
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import yaml
+
+from ardupilot_json_bridge.link import LinkSettings
+from ardupilot_json_bridge.protocol import MAX_RANGEFINDERS
+from ardupilot_json_bridge.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
+from ardupilot_json_bridge.state import StateSettings
+
+NODE_NAME = 'json_sitl_bridge'
+MAX_SERVO_CHANNELS = 32
+RANGE, LASER_SCAN = 'range', 'laser_scan'
+IGNORED_PREFIXES = ('use_sim_time', 'qos_overrides.', 'start_type_description_service')
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message starts with the setting's name."""
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """A fixed ROS parameter: default, what it does, and the limits the node declares."""
+
+    name: str
+    default: Any
+    description: str
+    read_only: bool = False
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    choices: Tuple[str, ...] = ()
+
+
+def _rangefinder_specs() -> Tuple[ParameterSpec, ...]:
+    specs = []
+    for n in range(1, MAX_RANGEFINDERS + 1):
+        specs.append(ParameterSpec(
+            f'rangefinder_{n}_topic', '', f'Topic of rangefinder {n} (rng_{n}, '
+            f'RNGFND{n}_TYPE=100); empty for none', read_only=True))
+        specs.append(ParameterSpec(
+            f'rangefinder_{n}_type', RANGE, f'Message type of rangefinder {n}: range '
+            '(sensor_msgs/Range) or laser_scan (sensor_msgs/LaserScan, minimum valid ray)',
+            read_only=True, choices=(RANGE, LASER_SCAN)))
+    return tuple(specs)
+
+
+PARAMETERS: Tuple[ParameterSpec, ...] = (
+    ParameterSpec('instance', 0, 'SITL instance (-I N); the link listens on 9002 + 10 N',
+                  read_only=True, minimum=0, maximum=6553),
+    ParameterSpec('bind_address', '127.0.0.1', 'Address to listen on; 0.0.0.0 when SITL runs '
+                  'in a VM, a container or WSL', read_only=True),
+    ParameterSpec('port', 0, 'UDP port to listen on; 0 for 9002 + 10 x instance',
+                  read_only=True, minimum=0, maximum=65535),
+    ParameterSpec('fresh_timeout', 0.5, 'Wall seconds a SITL frame waits for physics newer '
+                  'than the last reply before it goes unanswered', minimum=0.001, maximum=10.0),
+    ParameterSpec('peer_timeout', 2.0, 'Wall seconds of silence after which another SITL '
+                  'address may take over the link', minimum=0.1, maximum=60.0),
+    ParameterSpec('no_time_sync', False, 'Send no_time_sync=1: SITL stops pacing to wall '
+                  'time and (4.6.3+) switches AHRS to ground truth; off unless you know why',
+                  read_only=True),
+    ParameterSpec('odometry_only', False, 'Derive gyro and specific force from odometry, for '
+                  'engines without an IMU', read_only=True),
+    ParameterSpec('max_odometry_lag', 0.25, 'Largest physics-time gap between the IMU sample '
+                  'and the odometry carried to it, seconds', minimum=0.0, maximum=10.0),
+    ParameterSpec('max_backlog', 0.05, 'Physics seconds SITL may fall behind before replies '
+                  'skip to the newest sample (each reply otherwise advances one sample)',
+                  minimum=0.0, maximum=10.0),
+    ParameterSpec('max_optional_age', 1.0, 'Optional inputs older than this (physics seconds) '
+                  'are left out of replies', minimum=0.0, maximum=60.0),
+    ParameterSpec('odom_topic', 'odom', 'nav_msgs/Odometry of the vehicle (ENU world, body '
+                  'twist)', read_only=True),
+    ParameterSpec('imu_topic', 'imu', 'sensor_msgs/Imu of the vehicle', read_only=True),
+    ParameterSpec('imu_mounting_rpy', [0.0, 0.0, 0.0], 'Orientation of the IMU frame in the '
+                  'FLU body, degrees roll, pitch, yaw: [0, 0, 0] for a REP-103 IMU, '
+                  '[180, 0, 0] for ardupilot_gazebo\'s FRD IMU', read_only=True),
+    ParameterSpec('odom_twist_frame', 'child', 'Frame of the odometry twist: child (body, as '
+                  'nav_msgs/Odometry defines) or world (ENU)', read_only=True,
+                  choices=('child', 'world')),
+) + _rangefinder_specs() + (
+    ParameterSpec('wind_topic', '', 'geometry_msgs/Vector3Stamped wind velocity in the ENU '
+                  'world (velocity_wind, windvane); empty for none', read_only=True),
+    ParameterSpec('airspeed_topic', '', 'std_msgs/Float64 airspeed, m/s; empty for none',
+                  read_only=True),
+    ParameterSpec('battery_topic', '', 'sensor_msgs/BatteryState; empty for none',
+                  read_only=True),
+    ParameterSpec('rc_topic', '', 'sensor_msgs/Joy to RC channels 1-12 (axes, then buttons); '
+                  'empty for none', read_only=True),
+    ParameterSpec('raw_pwm_topic', 'servo_pwm', 'std_msgs/UInt16MultiArray of every new '
+                  'frame\'s PWM, for recording; empty for none', read_only=True),
+)
+
+PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
+SPECS_BY_NAME: Dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETERS}
+OUTPUT_SETTINGS = ('type', 'topic', 'topics', 'channels', 'field', 'servo_min', 'servo_max',
+                   'multiplier', 'offset', 'initial')
+
+
+@dataclass(frozen=True)
+class InputSettings:
+    """Which topics the node subscribes to, and how their messages are read."""
+
+    odom_topic: str = 'odom'
+    imu_topic: str = 'imu'
+    imu_mounting_rpy: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    odom_twist_frame: str = 'child'
+    rangefinders: Tuple[Tuple[str, str], ...] = ()
+    wind_topic: str = ''
+    airspeed_topic: str = ''
+    battery_topic: str = ''
+    rc_topic: str = ''
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """Everything a bridge needs: link, state, inputs and output groups."""
+
+    link: LinkSettings = LinkSettings()
+    state: StateSettings = StateSettings()
+    inputs: InputSettings = InputSettings()
+    outputs: Tuple[OutputGroup, ...] = ()
+    raw_pwm_topic: str = 'servo_pwm'
+
+
+def _number(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f'{name}: expected a number, got {value!r}')
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f'{name}: expected a finite number, got {value!r}')
+    if spec is not None:
+        if spec.minimum is not None and value < spec.minimum:
+            raise ConfigError(f'{name}: {value:g} is below the minimum {spec.minimum:g}')
+        if spec.maximum is not None and value > spec.maximum:
+            raise ConfigError(f'{name}: {value:g} is above the maximum {spec.maximum:g}')
+    return value
+
+
+def _integer(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> int:
+    number = _number(name, value, spec)
+    if number != int(number):
+        raise ConfigError(f'{name}: expected a whole number, got {value!r}')
+    return int(number)
+
+
+def _text(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f'{name}: expected a string, got {value!r}')
+    if spec is not None and spec.choices and value not in spec.choices:
+        raise ConfigError(f'{name}: {value!r} is not one of {", ".join(spec.choices)}')
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f'{name}: expected true or false, got {value!r}')
+    return value
+
+
+def _topic(name: str, value: Any) -> str:
+    topic = _text(name, value)
+    if topic.startswith('/'):
+        raise ConfigError(f'{name}: {topic!r} is absolute; use a relative name so namespaces '
+                          'and remapping apply')
+    return topic
+
+
+def _list(name: str, value: Any) -> Sequence[Any]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError(f'{name}: expected a list, got {value!r}')
+    return value
+
+
+def _per_channel(name: str, value: Any, count: int, default: float) -> Tuple[float, ...]:
+    if value is None:
+        return (default,) * count
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (_number(name, value),) * count
+    values = _list(name, value)
+    if len(values) != count:
+        raise ConfigError(f'{name}: {len(values)} values for {count} channels; give one '
+                          'value for all or one per channel')
+    return tuple(_number(f'{name}[{i}]', v) for i, v in enumerate(values))
+
+
+def output_group(name: str, settings: Mapping[str, Any]) -> OutputGroup:
+    """One output group from its outputs.<name>.* settings (keys without the prefix)."""
+    prefix = f'outputs.{name}.'
+    unknown = sorted(set(settings) - set(OUTPUT_SETTINGS))
+    if unknown:
+        raise ConfigError(f'{prefix}{unknown[0]}: unknown setting; known: '
+                          f'{", ".join(OUTPUT_SETTINGS)}')
+    kinds = [k.value for k in OutputKind]
+    kind_name = _text(prefix + 'type', settings.get('type', ''))
+    if kind_name not in kinds:
+        raise ConfigError(f'{prefix}type: {kind_name!r} is not one of {", ".join(kinds)}')
+    kind = OutputKind(kind_name)
+    channels = tuple(_integer(f'{prefix}channels[{i}]', c)
+                     for i, c in enumerate(_list(prefix + 'channels',
+                                                 settings.get('channels', []))))
+    if not channels:
+        raise ConfigError(f'{prefix}channels: list the SERVO channels (1-based) of the group')
+    for channel in channels:
+        if not 1 <= channel <= MAX_SERVO_CHANNELS:
+            raise ConfigError(f'{prefix}channels: SERVO{channel} does not exist (1 to '
+                              f'{MAX_SERVO_CHANNELS}; above 16 needs SERVO_32_ENABLE=1)')
+    mins = _per_channel(prefix + 'servo_min', settings.get('servo_min'), len(channels), 1000.0)
+    maxs = _per_channel(prefix + 'servo_max', settings.get('servo_max'), len(channels), 2000.0)
+    for index, (low, high) in enumerate(zip(mins, maxs)):
+        if high <= low:
+            raise ConfigError(f'{prefix}servo_max: {high:g} is not above servo_min {low:g} '
+                              f'(channel {channels[index]})')
+    multipliers = _per_channel(prefix + 'multiplier', settings.get('multiplier'),
+                               len(channels), 1.0)
+    offsets = _per_channel(prefix + 'offset', settings.get('offset'), len(channels), 0.0)
+    scalings = tuple(ChannelScaling(*values) for values in zip(mins, maxs, multipliers, offsets))
+    fields = [f.value for f in ActuatorField]
+    field_name = _text(prefix + 'field', settings.get('field', ActuatorField.VELOCITY.value))
+    if field_name not in fields:
+        raise ConfigError(f'{prefix}field: {field_name!r} is not one of {", ".join(fields)}')
+    topics: Tuple[str, ...] = ()
+    topic = ''
+    if kind is OutputKind.FLOAT64:
+        topics = tuple(_topic(f'{prefix}topics[{i}]', t)
+                       for i, t in enumerate(_list(prefix + 'topics',
+                                                   settings.get('topics', []))))
+        if len(topics) != len(channels):
+            raise ConfigError(f'{prefix}topics: {len(topics)} topics for {len(channels)} '
+                              'channels; a float64 group publishes one topic per channel')
+    else:
+        topic = _topic(prefix + 'topic', settings.get('topic', name))
+    return OutputGroup(
+        name=name, kind=kind, topic=topic, channels=channels, scalings=scalings,
+        field=ActuatorField(field_name), topics=topics,
+        initial=_number(prefix + 'initial', settings.get('initial', 0.0)))
+
+
+def _rangefinders(values: Mapping[str, Any]) -> Tuple[Tuple[str, str], ...]:
+    configured = []
+    for n in range(1, MAX_RANGEFINDERS + 1):
+        topic = _topic(f'rangefinder_{n}_topic', values[f'rangefinder_{n}_topic'])
+        kind = _text(f'rangefinder_{n}_type', values[f'rangefinder_{n}_type'],
+                     SPECS_BY_NAME[f'rangefinder_{n}_type'])
+        if topic:
+            if len(configured) != n - 1:
+                raise ConfigError(f'rangefinder_{n}_topic: set rangefinder_{len(configured) + 1}'
+                                  '_topic first; rangefinders are numbered without gaps')
+            configured.append((topic, kind))
+    return tuple(configured)
+
+
+def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
+    """Validate flat ROS-style parameters (missing ones take their defaults)."""
+    groups = parameters.get('output_groups') or []
+    group_names = [_text(f'output_groups[{i}]', g)
+                   for i, g in enumerate(_list('output_groups', groups))]
+    if len(set(group_names)) != len(group_names):
+        raise ConfigError(f'output_groups: names repeat in {group_names}')
+    group_settings: Dict[str, Dict[str, Any]] = {name: {} for name in group_names}
+    for key, value in parameters.items():
+        if key in PARAMETER_DEFAULTS or key == 'output_groups' or key.startswith(
+                IGNORED_PREFIXES):
+            continue
+        parts = key.split('.')
+        if len(parts) == 3 and parts[0] == 'outputs':
+            if parts[1] not in group_settings:
+                raise ConfigError(f'{key}: group {parts[1]!r} is not listed in output_groups')
+            group_settings[parts[1]][parts[2]] = value
+            continue
+        raise ConfigError(f'{key}: unknown parameter')
+    values = dict(PARAMETER_DEFAULTS)
+    values.update({k: v for k, v in parameters.items() if k in PARAMETER_DEFAULTS})
+    spec = SPECS_BY_NAME
+    mounting = _list('imu_mounting_rpy', values['imu_mounting_rpy'])
+    if len(mounting) != 3:
+        raise ConfigError(f'imu_mounting_rpy: expected [roll, pitch, yaw] in degrees, got '
+                          f'{mounting!r}')
+    rangefinders = _rangefinders(values)
+    link = LinkSettings(
+        instance=_integer('instance', values['instance'], spec['instance']),
+        bind_address=_text('bind_address', values['bind_address']),
+        port=_integer('port', values['port'], spec['port']),
+        fresh_timeout=_number('fresh_timeout', values['fresh_timeout'], spec['fresh_timeout']),
+        peer_timeout=_number('peer_timeout', values['peer_timeout'], spec['peer_timeout']),
+        no_time_sync=_flag('no_time_sync', values['no_time_sync']))
+    if link.listen_port > 65535:
+        raise ConfigError(f'instance: {link.instance} puts the port at {link.listen_port}, '
+                          'past 65535')
+    state = StateSettings(
+        odometry_only=_flag('odometry_only', values['odometry_only']),
+        max_odometry_lag=_number('max_odometry_lag', values['max_odometry_lag'],
+                                 spec['max_odometry_lag']),
+        max_optional_age=_number('max_optional_age', values['max_optional_age'],
+                                 spec['max_optional_age']),
+        max_backlog=_number('max_backlog', values['max_backlog'], spec['max_backlog']),
+        rangefinder_count=len(rangefinders))
+    inputs = InputSettings(
+        odom_topic=_topic('odom_topic', values['odom_topic']),
+        imu_topic=_topic('imu_topic', values['imu_topic']),
+        imu_mounting_rpy=tuple(_number(f'imu_mounting_rpy[{i}]', v)
+                               for i, v in enumerate(mounting)),
+        odom_twist_frame=_text('odom_twist_frame', values['odom_twist_frame'],
+                               spec['odom_twist_frame']),
+        rangefinders=rangefinders,
+        wind_topic=_topic('wind_topic', values['wind_topic']),
+        airspeed_topic=_topic('airspeed_topic', values['airspeed_topic']),
+        battery_topic=_topic('battery_topic', values['battery_topic']),
+        rc_topic=_topic('rc_topic', values['rc_topic']))
+    if not inputs.odom_topic:
+        raise ConfigError('odom_topic: odometry is mandatory')
+    if not inputs.imu_topic and not state.odometry_only:
+        raise ConfigError('imu_topic: empty, but odometry_only is false')
+    outputs = tuple(output_group(name, group_settings[name]) for name in group_names)
+    return BridgeConfig(link=link, state=state, inputs=inputs, outputs=outputs,
+                        raw_pwm_topic=_topic('raw_pwm_topic', values['raw_pwm_topic']))
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = '') -> Dict[str, Any]:
+    """Nested parameter dicts to ROS's dotted names, as ros2 param load does."""
+    flat: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + '.'))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_parameters_file(path: str, node_name: str = NODE_NAME,
+                         namespace: str = '') -> Dict[str, Any]:
+    """The flat parameters a ros__parameters YAML file gives one node.
+
+    Sections apply as ROS applies them: '/**' first, then the node's own name with or
+    without its namespace.
+    """
+    with open(path) as stream:
+        document = yaml.safe_load(stream) or {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
+    full_name = '/' + '/'.join(p for p in (namespace.strip('/'), node_name) if p)
+    parameters: Dict[str, Any] = {}
+    for section in ('/**', node_name, full_name):
+        body = document.get(section)
+        if isinstance(body, Mapping):
+            parameters.update(flatten(body.get('ros__parameters') or {}))
+    if not parameters and document:
+        raise ConfigError(f'{path}: no ros__parameters for node {full_name} (sections: '
+                          f'{", ".join(map(str, document))})')
+    return parameters

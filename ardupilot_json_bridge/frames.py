@@ -1,0 +1,116 @@
+"""Frame conventions: ROS (REP-103: ENU world, FLU body, x-y-z-w quaternions) to ArduPilot.
+
+ArduPilot wants NED world, FRD body and scalar-first quaternions that rotate FRD body vectors
+into NED. Quaternions in this module are w-first numpy arrays unless a name says otherwise.
+"""
+
+import math
+from typing import Sequence, Tuple
+
+import numpy as np
+
+STANDARD_GRAVITY = 9.80665
+GRAVITY_NED = np.array([0.0, 0.0, STANDARD_GRAVITY])
+
+# (x, y, z)_ENU -> (y, x, -z)_NED and (x, y, z)_FLU -> (x, -y, -z)_FRD.
+ENU_TO_NED = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+FLU_TO_FRD = np.diag([1.0, -1.0, -1.0])
+
+_HALF_SQRT2 = math.sqrt(0.5)
+# 180 deg about (1, 1, 0)/sqrt(2): rotates ENU vectors into NED.
+Q_NED_ENU = np.array([0.0, _HALF_SQRT2, _HALF_SQRT2, 0.0])
+# 180 deg about x: rotates FRD vectors into FLU.
+Q_FLU_FRD = np.array([0.0, 1.0, 0.0, 0.0])
+
+
+def enu_to_ned(vector: Sequence[float]) -> np.ndarray:
+    """A world vector from ENU to NED."""
+    return ENU_TO_NED @ np.asarray(vector, dtype=float)
+
+
+def flu_to_frd(vector: Sequence[float]) -> np.ndarray:
+    """A body vector from FLU to FRD."""
+    return FLU_TO_FRD @ np.asarray(vector, dtype=float)
+
+
+def quaternion_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product a * b of w-first quaternions."""
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    return np.array([
+        aw * bw - ax * bx - ay * by - az * bz,
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+    ])
+
+
+def canonical(q: np.ndarray) -> np.ndarray:
+    """Unit quaternion with w >= 0 (q and -q are the same rotation)."""
+    norm = float(np.linalg.norm(q))
+    if not math.isfinite(norm) or norm < 1e-9:
+        raise ValueError(f'not a rotation: quaternion {tuple(q)} has norm {norm}')
+    q = q / norm
+    return -q if q[0] < 0.0 else q
+
+
+def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> np.ndarray:
+    """ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first)."""
+    q_enu_flu = np.array([w, x, y, z], dtype=float)
+    return canonical(quaternion_multiply(quaternion_multiply(Q_NED_ENU, q_enu_flu), Q_FLU_FRD))
+
+
+def quaternion_to_matrix(q: Sequence[float]) -> np.ndarray:
+    """Rotation matrix of a w-first unit quaternion."""
+    w, x, y, z = q
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """Rotation of fixed-axis roll, then pitch, then yaw (REP-103 and ArduPilot), radians."""
+    cr, sr = math.cos(roll), math.sin(roll)
+    cp, sp = math.cos(pitch), math.sin(pitch)
+    cy, sy = math.cos(yaw), math.sin(yaw)
+    return np.array([
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ])
+
+
+def quaternion_to_euler(q: Sequence[float]) -> Tuple[float, float, float]:
+    """Roll, pitch, yaw in radians of a w-first quaternion (ArduPilot's Euler convention)."""
+    w, x, y, z = q
+    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
+    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    return roll, pitch, yaw
+
+
+def propagate_attitude(q: Sequence[float], gyro: Sequence[float],
+                       dt: float) -> Tuple[float, float, float, float]:
+    """Rotate attitude q by body rates gyro held for dt seconds: q * exp(gyro * dt / 2).
+
+    Plain floats: this runs once per SITL frame on 4 numbers, where numpy's per-call overhead
+    would cost more than the arithmetic.
+    """
+    wx, wy, wz = gyro
+    angle = math.sqrt(wx * wx + wy * wy + wz * wz) * dt
+    if angle < 1e-12:
+        return tuple(q)
+    half = 0.5 * angle
+    scale = math.sin(half) / angle * dt
+    dw, dx, dy, dz = math.cos(half), wx * scale, wy * scale, wz * scale
+    qw, qx, qy, qz = q
+    rw = qw * dw - qx * dx - qy * dy - qz * dz
+    rx = qw * dx + qx * dw + qy * dz - qz * dy
+    ry = qw * dy - qx * dz + qy * dw + qz * dx
+    rz = qw * dz + qx * dy - qy * dx + qz * dw
+    norm = math.sqrt(rw * rw + rx * rx + ry * ry + rz * rz)
+    if rw < 0.0:
+        norm = -norm
+    return rw / norm, rx / norm, ry / norm, rz / norm

@@ -1,0 +1,165 @@
+"""ROS sensor messages to samples: works on any object with the ROS field names.
+
+Nothing here imports ROS, so the same functions serve rclpy messages in the node, rosbags
+messages in the replay runner and plain objects in tests. Each function converts one message
+type from ROS conventions (REP-103, REP-117, REP-145) to ArduPilot's.
+"""
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ardupilot_json_bridge.frames import (
+    ENU_TO_NED, FLU_TO_FRD, quaternion_to_matrix, ros_to_ned_frd, rpy_to_matrix)
+from ardupilot_json_bridge.samples import (
+    AirspeedSample, BatterySample, ImuSample, InvalidSample, OdometrySample, RangeSample,
+    RcSample, WindSample)
+
+RC_CHANNELS = 12
+RC_CENTRE_US = 1500.0
+RC_HALF_RANGE_US = 500.0
+
+
+def stamp_seconds(header: Any) -> float:
+    """Seconds of a std_msgs/Header's builtin_interfaces/Time stamp."""
+    return header.stamp.sec + header.stamp.nanosec * 1e-9
+
+
+def _vector(name: str, msg: Any) -> np.ndarray:
+    values = np.array([msg.x, msg.y, msg.z], dtype=float)
+    if not np.all(np.isfinite(values)):
+        raise InvalidSample(f'{name} is not finite: {tuple(values)}')
+    return values
+
+
+def _as_tuple(values: np.ndarray) -> Tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> np.ndarray:
+    """Matrix taking IMU-sensor vectors to FRD body vectors.
+
+    The angles give the sensor frame's orientation in the FLU body frame: zeros for a REP-103
+    FLU IMU, (180, 0, 0) for ardupilot_gazebo's IMU, which reads FRD already.
+    """
+    flu_from_sensor = rpy_to_matrix(*np.radians([roll_deg, pitch_deg, yaw_deg]))
+    return FLU_TO_FRD @ flu_from_sensor
+
+
+def imu_to_sample(msg: Any, mounting: np.ndarray) -> ImuSample:
+    """sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used)."""
+    gyro = mounting @ _vector('imu.angular_velocity', msg.angular_velocity)
+    accel = mounting @ _vector('imu.linear_acceleration', msg.linear_acceleration)
+    return ImuSample(stamp=stamp_seconds(msg.header), gyro=_as_tuple(gyro),
+                     accel=_as_tuple(accel))
+
+
+def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometrySample:
+    """nav_msgs/Odometry (ENU pose, FLU body twist) to NED position, velocity and attitude.
+
+    nav_msgs/Odometry gives the twist in the child (body) frame; some engines publish it in
+    the world frame instead, which twist_in_child_frame=False accepts.
+    """
+    pose = msg.pose.pose
+    position = _vector('odometry.pose.position', pose.position)
+    o = pose.orientation
+    orientation = np.array([o.x, o.y, o.z, o.w], dtype=float)
+    if not np.all(np.isfinite(orientation)):
+        raise InvalidSample(f'odometry.pose.orientation is not finite: {tuple(orientation)}')
+    try:
+        quaternion = ros_to_ned_frd(*orientation)
+    except ValueError as error:
+        raise InvalidSample(f'odometry.pose.orientation: {error}') from None
+    linear = _vector('odometry.twist.linear', msg.twist.twist.linear)
+    angular = _vector('odometry.twist.angular', msg.twist.twist.angular)
+    if twist_in_child_frame:
+        velocity = quaternion_to_matrix(quaternion) @ (FLU_TO_FRD @ linear)
+        gyro = FLU_TO_FRD @ angular
+    else:
+        velocity = ENU_TO_NED @ linear
+        ned_from_frd = quaternion_to_matrix(quaternion)
+        gyro = ned_from_frd.T @ (ENU_TO_NED @ angular)
+    return OdometrySample(
+        stamp=stamp_seconds(msg.header), position=_as_tuple(ENU_TO_NED @ position),
+        velocity=_as_tuple(velocity), quaternion=_as_tuple(quaternion), gyro=_as_tuple(gyro))
+
+
+def _distance(reading: float, min_range: float, max_range: float) -> Optional[float]:
+    """One REP-117 reading as the distance SITL should see, or None for no reading.
+
+    +Inf (nothing within range) reads as twice the maximum, as ardupilot_gazebo reports a
+    missing return, so ArduPilot flags it out of range high; -Inf (too close) reads as 0,
+    out of range low; NaN (invalid) is no reading at all.
+    """
+    if math.isnan(reading):
+        return None
+    if reading == math.inf:
+        return 2.0 * max_range if math.isfinite(max_range) else None
+    if reading == -math.inf:
+        return 0.0
+    return float(reading)
+
+
+def range_to_sample(msg: Any) -> RangeSample:
+    """sensor_msgs/Range to a distance in metres (REP-117 infinities handled, see _distance)."""
+    return RangeSample(stamp=stamp_seconds(msg.header),
+                       value=_distance(msg.range, msg.min_range, msg.max_range))
+
+
+def laser_scan_to_sample(msg: Any) -> RangeSample:
+    """sensor_msgs/LaserScan to its minimum valid ray, as a rangefinder distance.
+
+    A ray is valid within [range_min, range_max]. With none valid, a ray past the maximum
+    (or +Inf) reads as no return, one below the minimum (or -Inf) as too close; all NaN is no
+    reading.
+    """
+    ranges = np.asarray(msg.ranges, dtype=float)
+    lower, upper = float(msg.range_min), float(msg.range_max)
+    valid = ranges[(ranges >= lower) & (ranges <= upper)]
+    if valid.size:
+        value = float(valid.min())
+    elif np.any(ranges > upper):
+        value = _distance(math.inf, lower, upper)
+    elif np.any(ranges < lower):
+        value = _distance(-math.inf, lower, upper)
+    else:
+        value = None
+    return RangeSample(stamp=stamp_seconds(msg.header), value=value)
+
+
+def wind_to_sample(msg: Any) -> WindSample:
+    """geometry_msgs/Vector3Stamped: the air's velocity in the ENU world, to NED."""
+    wind = ENU_TO_NED @ _vector('wind.vector', msg.vector)
+    return WindSample(stamp=stamp_seconds(msg.header), value=_as_tuple(wind))
+
+
+def airspeed_to_sample(msg: Any, stamp: float) -> AirspeedSample:
+    """std_msgs/Float64 airspeed in m/s; it has no header, so the receiver supplies the stamp."""
+    value = float(msg.data)
+    if not math.isfinite(value):
+        raise InvalidSample(f'airspeed is not finite: {value}')
+    return AirspeedSample(stamp=stamp, value=value)
+
+
+def battery_to_sample(msg: Any) -> BatterySample:
+    """sensor_msgs/BatteryState to (voltage, current); ROS current is negative discharging."""
+    voltage, current = float(msg.voltage), -float(msg.current)
+    if not (math.isfinite(voltage) and math.isfinite(current)):
+        raise InvalidSample(f'battery voltage/current not measured: {voltage}, {-current}')
+    return BatterySample(stamp=stamp_seconds(msg.header), value=(voltage, current))
+
+
+def joy_to_rc(msg: Any) -> RcSample:
+    """sensor_msgs/Joy to RC PWM: axes first (-1..1 to 1000..2000 us), then buttons.
+
+    A pressed button reads 2000 us, released 1000 us; RC channels past the axes and buttons
+    the joystick has are left out.
+    """
+    axes = [float(a) for a in msg.axes]
+    if not all(map(math.isfinite, axes)):
+        raise InvalidSample(f'joy axes are not finite: {axes}')
+    channels = [RC_CENTRE_US + RC_HALF_RANGE_US * max(-1.0, min(1.0, a)) for a in axes]
+    channels += [RC_CENTRE_US + RC_HALF_RANGE_US * (1.0 if b else -1.0) for b in msg.buttons]
+    return RcSample(stamp=stamp_seconds(msg.header), value=tuple(channels[:RC_CHANNELS]))
+

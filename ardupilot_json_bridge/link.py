@@ -1,0 +1,281 @@
+"""The JSON SITL link: a UDP socket, one SITL peer, one reply per servo packet.
+
+Runs in its own thread and blocks on its socket (and, per frame, on the state's condition
+variable), so an idle link costs no CPU and simulated time stopping cannot stall it.
+"""
+
+from dataclasses import dataclass
+import errno
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Callable, Optional, Tuple
+
+from ardupilot_json_bridge.portowner import udp_port_owner
+from ardupilot_json_bridge.protocol import (
+    decode_servo_packet, encode_reply, ReplyError, ServoPacket, ServoPacketError)
+from ardupilot_json_bridge.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.session import FrameKind, SitlSession
+from ardupilot_json_bridge.state import build_reply, Instant, SensorState
+from ardupilot_json_bridge.stats import LinkStats
+
+SITL_BASE_PORT = 9002
+SITL_PORT_STRIDE = 10
+MAX_DATAGRAM = 65536
+
+Address = Tuple[str, int]
+FrameCallback = Callable[[ServoPacket], None]
+
+
+def sitl_port(instance: int) -> int:
+    """The UDP port SITL instance -I N sends its servo packets to."""
+    return SITL_BASE_PORT + SITL_PORT_STRIDE * instance
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """Where to listen and how patient to be (seconds of wall time)."""
+
+    instance: int = 0
+    bind_address: str = '127.0.0.1'
+    port: int = 0
+    fresh_timeout: float = 0.5
+    peer_timeout: float = 2.0
+    no_time_sync: bool = False
+
+    @property
+    def listen_port(self) -> int:
+        """The configured port, or SITL's default for the instance when port is 0."""
+        return self.port or sitl_port(self.instance)
+
+
+class LinkError(RuntimeError):
+    """The link cannot run; the message says why and what to do."""
+
+
+def bind_udp(address: str, port: int, instance: int) -> socket.socket:
+    """Bind the listening socket, explaining an address already in use."""
+    family = socket.AF_INET6 if ':' in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.bind((address, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            owner = udp_port_owner(port)
+            culprit = f'it is held by {owner}' if owner else (
+                'another bridge, Gazebo\'s ArduPilotPlugin or a second vehicle configured '
+                'with the same instance is the usual culprit')
+            raise LinkError(
+                f'UDP port {port} on {address} (SITL instance {instance}) is already in use: '
+                f'{culprit}. Stop it, or give each vehicle its own instance '
+                f'(port {SITL_BASE_PORT} + {SITL_PORT_STRIDE} x instance).') from None
+        raise LinkError(f'cannot listen on UDP {address}:{port} '
+                        f'(SITL instance {instance}): {error.strerror}') from None
+    return sock
+
+
+class SitlLink:
+    """Serves one SITL instance from a SensorState; calls on_frame for every new frame."""
+
+    def __init__(self, settings: LinkSettings, state: SensorState,
+                 on_frame: Optional[FrameCallback] = None,
+                 logger: Optional[logging.Logger] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.state = state
+        self.on_frame = on_frame
+        self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
+        self.warnings = RateLimitedLog(self.logger)
+        self.stats = LinkStats()
+        self.session = SitlSession()
+        self._clock = clock
+        self._prefix = f'SITL instance {settings.instance}: '
+        self._sock = bind_udp(settings.bind_address, settings.listen_port, settings.instance)
+        self.address: Address = self._sock.getsockname()[:2]
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._peer: Optional[Address] = None
+        self._peer_heard = 0.0
+
+    def start(self) -> None:
+        """Serve in a daemon thread until stop()."""
+        self.logger.info(f'{self._prefix}listening on UDP {self.address[0]}:{self.address[1]} '
+                         f'for ArduPilot SITL (--model JSON:<this host>)')
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f'sitl-link-{self.settings.instance}')
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop serving, close the state (waking its waiters) and release the port."""
+        self._stopping.set()
+        self.state.close()
+        try:
+            self._wake_writer.send(b'\0')
+        except OSError:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for sock in (self._sock, self._wake_reader, self._wake_writer):
+            sock.close()
+
+    def __enter__(self) -> 'SitlLink':
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    @property
+    def peer(self) -> Optional[Address]:
+        return self._peer
+
+    def _run(self) -> None:
+        readers = [self._sock, self._wake_reader]
+        while not self._stopping.is_set():
+            readable, _, _ = select.select(readers, [], [])
+            if self._wake_reader in readable or self._stopping.is_set():
+                break
+            try:
+                data, sender = self._sock.recvfrom(MAX_DATAGRAM)
+            except OSError as error:
+                self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
+                continue
+            try:
+                self.handle_datagram(data, sender[:2])
+            except Exception:
+                self.logger.exception(f'{self._prefix}unexpected error handling a datagram '
+                                      f'from {sender[0]}:{sender[1]}; the link carries on')
+
+    def handle_datagram(self, data: bytes, sender: Address) -> None:
+        """Process one datagram as the link thread does (public for tests and tools)."""
+        received = self._clock()
+        stats = self.stats
+        stats.received += 1
+        try:
+            packet = decode_servo_packet(data)
+        except ServoPacketError as error:
+            stats.rejected += 1
+            self.warnings.warning('rejected', f'{self._prefix}ignored a datagram from '
+                                              f'{sender[0]}:{sender[1]}: {error}')
+            return
+        if not self._accept_peer(sender, packet, received):
+            return
+        stats.last_packet = received
+        stats.channel_count = packet.channel_count
+        stats.frame_rate_hint = packet.frame_rate
+        verdict = self.session.classify(packet.frame_count)
+        if verdict.kind is FrameKind.RESTART:
+            stats.restarts += 1
+            self.logger.warning(f'{self._prefix}SITL restarted (frame {packet.frame_count} '
+                                f'after {self._last_replied()}): new session, '
+                                'time starts again at 0')
+            self.session.reset()
+            verdict = self.session.classify(packet.frame_count)
+        if verdict.kind is FrameKind.DUPLICATE:
+            stats.duplicates += 1
+            self._send(self.session.last_reply, received)
+            return
+        if verdict.lost:
+            stats.lost += verdict.lost
+            self.warnings.warning('lost', f'{self._prefix}{verdict.lost} SITL frame(s) never '
+                                          f'reached the bridge before frame '
+                                          f'{packet.frame_count}')
+        if verdict.kind is not FrameKind.RETRY:
+            stats.new_frames += 1
+            self._publish(packet)
+        self._reply(packet, received)
+
+    def _last_replied(self) -> str:
+        replied = self.session.replied_frame
+        return 'no reply yet' if replied is None else f'frame {replied}'
+
+    def _accept_peer(self, sender: Address, packet: ServoPacket, now: float) -> bool:
+        peer = self._peer
+        if peer is None:
+            self.logger.info(f'{self._prefix}SITL connected from {sender[0]}:{sender[1]} '
+                             f'({packet.channel_count} channels, frame {packet.frame_count})')
+        elif sender != peer:
+            silent = now - self._peer_heard
+            if silent <= self.settings.peer_timeout:
+                self.stats.strangers += 1
+                self.warnings.warning(
+                    'stranger', f'{self._prefix}ignored servo packets from {sender[0]}:'
+                                f'{sender[1]}: locked to SITL at {peer[0]}:{peer[1]}, heard '
+                                f'{silent:.1f} s ago. Two SITL instances on one port? Give '
+                                'each vehicle its own -I instance.')
+                return False
+            self.stats.restarts += 1
+            self.logger.warning(f'{self._prefix}SITL moved from {peer[0]}:{peer[1]} to '
+                                f'{sender[0]}:{sender[1]} after {silent:.1f} s of silence '
+                                '(restarted?): new session')
+            self.session.reset()
+        self._peer = sender
+        self.stats.peer = sender
+        self._peer_heard = now
+        return True
+
+    def _publish(self, packet: ServoPacket) -> None:
+        if self.on_frame is None:
+            return
+        try:
+            self.on_frame(packet)
+        except Exception as error:
+            self.warnings.error('on_frame', f'{self._prefix}publishing actuator commands '
+                                            f'failed: {error!r}')
+
+    def _reply(self, packet: ServoPacket, received: float) -> None:
+        session, state = self.session, self.state
+        deadline = received + self.settings.fresh_timeout
+        after = session.served_sequence
+        while True:
+            result = state.wait_for_instant(after, max(0.0, deadline - self._clock()))
+            if not isinstance(result, Instant):
+                self._unanswered(packet, str(result), 'unavailable:' + result.input)
+                return
+            if session.last_stamp is not None and result.stamp < session.last_stamp:
+                self.logger.warning(
+                    f'{self._prefix}physics time went back from {session.last_stamp:.3f} to '
+                    f'{result.stamp:.3f} s (simulation reset or looping bag): SITL time '
+                    'carries on from where it was')
+            timestamp = session.timestamp_for(result.stamp)
+            if timestamp is not None:
+                break
+            after = result.sequence
+        if result.skipped:
+            self.stats.skipped += result.skipped
+            self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
+                                             f'{state.settings.max_backlog} s behind physics: '
+                                             f'skipped {result.skipped} sample(s) to catch up')
+        try:
+            data, dropped = encode_reply(build_reply(result, timestamp,
+                                                     self.settings.no_time_sync))
+        except ReplyError as error:
+            self._unanswered(packet, str(error), 'reply_error')
+            return
+        if dropped:
+            self.warnings.warning('dropped', f'{self._prefix}left out non-finite optional '
+                                             f'values: {", ".join(dropped)}')
+        self._send(data, received)
+        session.record_reply(packet.frame_count, data, result.sequence, result.stamp,
+                             timestamp)
+        state.mark_served(result.sequence)
+
+    def _unanswered(self, packet: ServoPacket, reason: str, key: str) -> None:
+        self.stats.unanswered += 1
+        self.warnings.warning(key, f'{self._prefix}no reply to SITL frame '
+                                   f'{packet.frame_count}: {reason}')
+
+    def _send(self, data: bytes, received: float) -> None:
+        try:
+            self._sock.sendto(data, self._peer)
+        except OSError as error:
+            self.warnings.warning('send', f'{self._prefix}reply to {self._peer} failed: {error}')
+            return
+        now = self._clock()
+        self.stats.replied += 1
+        self.stats.last_reply = now
+        self.stats.latency.add(now - received)

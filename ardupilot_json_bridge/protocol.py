@@ -1,0 +1,201 @@
+"""ArduPilot JSON SITL wire format: servo packets in, one JSON sensor line out.
+
+SITL's reply parser is a substring search, not a JSON parser, so the encoder here writes the
+reply by hand: compact separators, finite numbers only, 0/1 booleans and a key order in which
+no key is found inside another (see shared/spec/json-sitl.md).
+"""
+
+from dataclasses import dataclass
+import struct
+from typing import Optional, Sequence, Tuple
+
+SERVO_MAGIC_16 = 18458
+SERVO_MAGIC_32 = 29569
+SERVO_PACKET_16 = struct.Struct('<HHI16H')
+SERVO_PACKET_32 = struct.Struct('<HHI32H')
+LEGACY_2020_SIZE = 40
+MAX_RANGEFINDERS = 6
+MAX_RC_CHANNELS = 12
+# SITL stores most values as float32: anything larger would read back as infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+
+Vector3 = Tuple[float, float, float]
+Quaternion = Tuple[float, float, float, float]
+
+
+class ServoPacketError(ValueError):
+    """A datagram that is not an ArduPilot servo packet; the message names the likely cause."""
+
+    def __init__(self, message: str, data: bytes) -> None:
+        super().__init__(message)
+        self.size = len(data)
+        self.head = bytes(data[:8])
+
+
+class ReplyError(ValueError):
+    """A reply that must not be sent, because a mandatory value is missing or not finite."""
+
+
+@dataclass(frozen=True)
+class ServoPacket:
+    """One SITL physics frame: the servo outputs SITL wants applied for the next step."""
+
+    frame_rate: int
+    frame_count: int
+    pwm: Tuple[int, ...]
+
+    @property
+    def channel_count(self) -> int:
+        return len(self.pwm)
+
+
+def _describe(data: bytes) -> str:
+    return f'{len(data)} bytes starting {bytes(data[:8]).hex(" ")}'
+
+
+def decode_servo_packet(data: bytes) -> ServoPacket:
+    """Decode a 16- or 32-channel servo packet, or raise ServoPacketError saying why not."""
+    size = len(data)
+    magic = int.from_bytes(data[:2], 'little') if size >= 2 else None
+    if magic == SERVO_MAGIC_16 and size == SERVO_PACKET_16.size:
+        fields = SERVO_PACKET_16.unpack(data)
+    elif magic == SERVO_MAGIC_32 and size == SERVO_PACKET_32.size:
+        fields = SERVO_PACKET_32.unpack(data)
+    else:
+        raise ServoPacketError(_rejection_reason(data, magic), data)
+    return ServoPacket(frame_rate=fields[1], frame_count=fields[2], pwm=fields[3:])
+
+
+def _rejection_reason(data: bytes, magic: Optional[int]) -> str:
+    size = len(data)
+    if magic == SERVO_MAGIC_16:
+        return (f'16-channel servo magic {SERVO_MAGIC_16} but {size} bytes instead of '
+                f'{SERVO_PACKET_16.size}: truncated or padded packet ({_describe(data)})')
+    if magic == SERVO_MAGIC_32:
+        return (f'32-channel servo magic {SERVO_MAGIC_32} but {size} bytes instead of '
+                f'{SERVO_PACKET_32.size}: SERVO_32_ENABLE mismatch or a truncated packet '
+                f'({_describe(data)})')
+    if data.lstrip()[:1] == b'{':
+        return (f'received JSON text, not a servo packet ({_describe(data)}): another physics '
+                'backend is sending its replies to this port, or SITL and the bridge both '
+                'point at each other')
+    if size == LEGACY_2020_SIZE:
+        return (f'no servo magic in a 40-byte packet ({_describe(data)}): this looks like the '
+                'unreleased 2020 JSON format (frame_count, speedup, pwm[16]); use a released '
+                'ArduPilot (4.1 or newer)')
+    return f'not an ArduPilot servo packet: unknown magic in {_describe(data)}'
+
+
+def encode_servo_packet(frame_count: int, pwm: Sequence[int], frame_rate: int = 1200) -> bytes:
+    """Build the packet SITL would send; used by test peers, benchmarks and tools."""
+    if len(pwm) == 16:
+        return SERVO_PACKET_16.pack(SERVO_MAGIC_16, frame_rate, frame_count, *pwm)
+    if len(pwm) == 32:
+        return SERVO_PACKET_32.pack(SERVO_MAGIC_32, frame_rate, frame_count, *pwm)
+    raise ValueError(f'a servo packet has 16 or 32 channels, not {len(pwm)}')
+
+
+@dataclass(frozen=True)
+class SensorReply:
+    """Everything one reply tells SITL, in ArduPilot conventions (NED world, FRD body).
+
+    Optional fields are None when absent; rangefinders and rc are positional (index 0 is
+    rng_1 or rc_1) and may hold None for a channel with no value.
+    """
+
+    timestamp: float
+    gyro: Vector3
+    accel_body: Vector3
+    position: Vector3
+    velocity: Vector3
+    quaternion: Quaternion
+    rangefinders: Tuple[Optional[float], ...] = ()
+    velocity_wind: Optional[Vector3] = None
+    windvane: Optional[Tuple[float, float]] = None
+    airspeed: Optional[float] = None
+    battery: Optional[Tuple[float, float]] = None
+    rc: Tuple[Optional[float], ...] = ()
+    no_time_sync: bool = False
+
+
+def _finite(value: float) -> bool:
+    return -FLOAT32_MAX <= value <= FLOAT32_MAX
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+def _array(values: Sequence[float]) -> str:
+    return '[' + ','.join([repr(float(v)) for v in values]) + ']'
+
+
+def _mandatory(name: str, values: Sequence[float]) -> str:
+    for value in values:
+        if not _finite(value):
+            raise ReplyError(f'{name} is not finite: {tuple(values)}')
+    return _array(values)
+
+
+def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
+    """Encode one reply datagram; also return the optional keys dropped as not finite.
+
+    Raises ReplyError when a mandatory value is not finite: such a frame gets no reply.
+    """
+    if not _finite(reply.timestamp) or reply.timestamp < 0.0:
+        raise ReplyError(f'timestamp is not a finite physics time: {reply.timestamp!r}')
+    parts = [
+        '{"timestamp":', _number(reply.timestamp),
+        ',"imu":{"gyro":', _mandatory('imu.gyro', reply.gyro),
+        ',"accel_body":', _mandatory('imu.accel_body', reply.accel_body),
+        '},"position":', _mandatory('position', reply.position),
+        ',"quaternion":', _mandatory('quaternion', reply.quaternion),
+        ',"velocity":', _mandatory('velocity', reply.velocity),
+    ]
+    dropped = []
+    for index, distance in enumerate(reply.rangefinders[:MAX_RANGEFINDERS], start=1):
+        if distance is None:
+            continue
+        if _finite(distance):
+            parts.append(f',"rng_{index}":{_number(distance)}')
+        else:
+            dropped.append(f'rng_{index}')
+    if reply.velocity_wind is not None:
+        if all(map(_finite, reply.velocity_wind)):
+            parts.append(',"velocity_wind":' + _array(reply.velocity_wind))
+        else:
+            dropped.append('velocity_wind')
+    if reply.windvane is not None:
+        if all(map(_finite, reply.windvane)):
+            direction, speed = reply.windvane
+            parts.append(f',"windvane":{{"direction":{_number(direction)},'
+                         f'"speed":{_number(speed)}}}')
+        else:
+            dropped.append('windvane')
+    if reply.airspeed is not None:
+        if _finite(reply.airspeed):
+            parts.append(',"airspeed":' + _number(reply.airspeed))
+        else:
+            dropped.append('airspeed')
+    if reply.battery is not None:
+        if all(map(_finite, reply.battery)):
+            voltage, current = reply.battery
+            parts.append(f',"battery":{{"voltage":{_number(voltage)},'
+                         f'"current":{_number(current)}}}')
+        else:
+            dropped.append('battery')
+    rc_items = []
+    for index, pwm in enumerate(reply.rc[:MAX_RC_CHANNELS], start=1):
+        if pwm is None:
+            continue
+        if _finite(pwm):
+            rc_items.append(f'"rc_{index}":{_number(pwm)}')
+        else:
+            dropped.append(f'rc_{index}')
+    if rc_items:
+        parts.append(',"rc":{' + ','.join(rc_items) + '}')
+    if reply.no_time_sync:
+        parts.append(',"no_time_sync":1')
+    parts.append('}')
+    return ('\n' + ''.join(parts) + '\n').encode('ascii'), tuple(dropped)
+

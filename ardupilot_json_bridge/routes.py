@@ -1,0 +1,90 @@
+"""Which topic feeds which input: one table for the ROS node and the bag replay alike."""
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, List
+
+from ardupilot_json_bridge import inputs
+from ardupilot_json_bridge.config import BridgeConfig, LASER_SCAN
+from ardupilot_json_bridge.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.samples import InvalidSample
+from ardupilot_json_bridge.state import (
+    AIRSPEED, BATTERY, IMU, ODOMETRY, rangefinder_name, RC, SensorState, WIND)
+
+IMU_TYPE = 'sensor_msgs/msg/Imu'
+ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
+RANGE_TYPE = 'sensor_msgs/msg/Range'
+LASER_SCAN_TYPE = 'sensor_msgs/msg/LaserScan'
+WIND_TYPE = 'geometry_msgs/msg/Vector3Stamped'
+AIRSPEED_TYPE = 'std_msgs/msg/Float64'
+BATTERY_TYPE = 'sensor_msgs/msg/BatteryState'
+RC_TYPE = 'sensor_msgs/msg/Joy'
+
+
+@dataclass(frozen=True)
+class InputRoute:
+    """One subscribed topic: its message type, its conversion and the state input it feeds.
+
+    convert takes the message and the time it was received (the stamp used when the message
+    has none, or a zero one).
+    """
+
+    name: str
+    topic: str
+    msgtype: str
+    convert: Callable[[Any, float], Any]
+    push: Callable[[Any], None]
+    mandatory: bool = False
+
+
+def input_routes(config: BridgeConfig, state: SensorState) -> List[InputRoute]:
+    """The routes a configuration asks for, mandatory ones first."""
+    settings = config.inputs
+    mounting = inputs.imu_mounting(*settings.imu_mounting_rpy)
+    in_child_frame = settings.odom_twist_frame == 'child'
+    routes = [InputRoute(ODOMETRY, settings.odom_topic, ODOMETRY_TYPE,
+                         lambda m, _: inputs.odometry_to_sample(m, in_child_frame),
+                         state.push_odometry, mandatory=True)]
+    if not config.state.odometry_only:
+        routes.append(InputRoute(IMU, settings.imu_topic, IMU_TYPE,
+                                 lambda m, _: inputs.imu_to_sample(m, mounting),
+                                 state.push_imu, mandatory=True))
+    for index, (topic, kind) in enumerate(settings.rangefinders):
+        scan = kind == LASER_SCAN
+        routes.append(InputRoute(
+            rangefinder_name(index), topic, LASER_SCAN_TYPE if scan else RANGE_TYPE,
+            (lambda m, _: inputs.laser_scan_to_sample(m)) if scan else (
+                lambda m, _: inputs.range_to_sample(m)),
+            lambda sample, i=index: state.push_range(i, sample)))
+    optional = (
+        (WIND, settings.wind_topic, WIND_TYPE, lambda m, _: inputs.wind_to_sample(m),
+         state.push_wind),
+        (AIRSPEED, settings.airspeed_topic, AIRSPEED_TYPE, inputs.airspeed_to_sample,
+         state.push_airspeed),
+        (BATTERY, settings.battery_topic, BATTERY_TYPE,
+         lambda m, _: inputs.battery_to_sample(m), state.push_battery),
+        (RC, settings.rc_topic, RC_TYPE, lambda m, _: inputs.joy_to_rc(m), state.push_rc),
+    )
+    routes += [InputRoute(*entry) for entry in optional if entry[1]]
+    return routes
+
+
+def deliver(route: InputRoute, message: Any, received: float, state: SensorState,
+            warnings: RateLimitedLog, stamp_offset: float = 0.0) -> bool:
+    """Convert a message and push it; a bad message is counted and reported, not raised.
+
+    A zero header stamp means an unstamped message: the receive time stands in for it.
+    stamp_offset shifts the stamp (a looping replay).
+    """
+    try:
+        sample = route.convert(message, received)
+    except (InvalidSample, ValueError, TypeError, AttributeError) as error:
+        state.count_rejected(route.name)
+        warnings.warning(f'invalid:{route.name}', f'ignored a {route.msgtype} message on '
+                                                  f'{route.topic}: {error}')
+        return False
+    if sample.stamp == 0.0:
+        sample = replace(sample, stamp=received)
+    if stamp_offset:
+        sample = replace(sample, stamp=sample.stamp + stamp_offset)
+    route.push(sample)
+    return True

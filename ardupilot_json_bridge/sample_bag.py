@@ -1,0 +1,133 @@
+"""Synthetic simulator bags: a vehicle in steady motion, as Gazebo would publish it.
+
+Makes the sample bag shipped with the package (a vehicle resting on the ground, so that
+`ardupilot-json-bridge replay` links up with SITL with nothing else installed) and the bags
+the tests replay. Run as a module to write the sample again.
+"""
+
+from dataclasses import dataclass
+import math
+import os
+from typing import Any, Iterator, Tuple
+
+import numpy as np
+
+from ardupilot_json_bridge.bagfile import typestore, write_bag
+from ardupilot_json_bridge.frames import STANDARD_GRAVITY
+
+SAMPLE_BAG = os.path.join(os.path.dirname(__file__), 'data', 'resting_vehicle')
+IMU_TYPE = 'sensor_msgs/msg/Imu'
+ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
+
+
+@dataclass(frozen=True)
+class SteadyMotion:
+    """Level flight (or rest) in ENU: constant world velocity and yaw rate, REP-103 body.
+
+    yaw is measured from east, counter-clockwise, as in ROS.
+    """
+
+    position: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    velocity: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    yaw: float = math.pi / 2
+    yaw_rate: float = 0.0
+
+    def pose(self, t: float) -> Tuple[np.ndarray, float]:
+        return np.add(self.position, np.multiply(self.velocity, t)), self.yaw + self.yaw_rate * t
+
+    def body_velocity(self, yaw: float) -> Tuple[float, float, float]:
+        """World velocity in the FLU body frame of a level vehicle at yaw."""
+        vx, vy, vz = self.velocity
+        c, s = math.cos(yaw), math.sin(yaw)
+        return c * vx + s * vy, -s * vx + c * vy, vz
+
+
+def _stamp(store: Any, t: float) -> Any:
+    Time = store.types['builtin_interfaces/msg/Time']
+    seconds = math.floor(t)
+    return Time(sec=int(seconds), nanosec=int(round((t - seconds) * 1e9)) % 1000000000)
+
+
+def _vector(store: Any, x: float, y: float, z: float) -> Any:
+    return store.types['geometry_msgs/msg/Vector3'](x=float(x), y=float(y), z=float(z))
+
+
+def _yaw_quaternion(store: Any, yaw: float) -> Any:
+    return store.types['geometry_msgs/msg/Quaternion'](
+        x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))
+
+
+def imu_message(store: Any, motion: SteadyMotion, t: float) -> Any:
+    """What a level, FLU-mounted IMU reads: yaw rate and gravity's reaction (+z)."""
+    types = store.types
+    header = types['std_msgs/msg/Header'](stamp=_stamp(store, t), frame_id='imu_link')
+    return types[IMU_TYPE](
+        header=header, orientation=_yaw_quaternion(store, motion.pose(t)[1]),
+        orientation_covariance=np.zeros(9),
+        angular_velocity=_vector(store, 0.0, 0.0, motion.yaw_rate),
+        angular_velocity_covariance=np.zeros(9),
+        linear_acceleration=_vector(store, 0.0, 0.0, STANDARD_GRAVITY),
+        linear_acceleration_covariance=np.zeros(9))
+
+
+def odometry_message(store: Any, motion: SteadyMotion, t: float) -> Any:
+    """nav_msgs/Odometry of the motion: ENU pose, twist in the body (child) frame."""
+    types = store.types
+    position, yaw = motion.pose(t)
+    pose = types['geometry_msgs/msg/Pose'](
+        position=types['geometry_msgs/msg/Point'](x=position[0], y=position[1], z=position[2]),
+        orientation=_yaw_quaternion(store, yaw))
+    twist = types['geometry_msgs/msg/Twist'](
+        linear=_vector(store, *motion.body_velocity(yaw)),
+        angular=_vector(store, 0.0, 0.0, motion.yaw_rate))
+    return types[ODOMETRY_TYPE](
+        header=types['std_msgs/msg/Header'](stamp=_stamp(store, t), frame_id='odom'),
+        child_frame_id='base_link',
+        pose=types['geometry_msgs/msg/PoseWithCovariance'](pose=pose, covariance=np.zeros(36)),
+        twist=types['geometry_msgs/msg/TwistWithCovariance'](twist=twist,
+                                                            covariance=np.zeros(36)))
+
+
+def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate: float,
+                    odometry_rate: float, namespace: str = '',
+                    start: float = 0.0) -> Iterator[Tuple[str, str, int, Any]]:
+    """(topic, type, log time ns, message) of IMU and odometry over duration, in time order."""
+    prefix = '/' + namespace.strip('/') + '/' if namespace.strip('/') else '/'
+    events = [(i / imu_rate, 'imu') for i in range(int(round(duration * imu_rate)))]
+    events += [(i / odometry_rate, 'odom')
+               for i in range(int(round(duration * odometry_rate)))]
+    for t, kind in sorted(events, key=lambda e: (e[0], e[1] == 'imu')):
+        stamp = start + t
+        if kind == 'imu':
+            yield prefix + 'imu', IMU_TYPE, int(round(stamp * 1e9)), imu_message(
+                store, motion, t)
+        else:
+            yield prefix + 'odom', ODOMETRY_TYPE, int(round(stamp * 1e9)), odometry_message(
+                store, motion, t)
+
+
+def write_motion_bag(path: str, motion: SteadyMotion, duration: float, imu_rate: float = 400.0,
+                     odometry_rate: float = 50.0, namespace: str = '', start: float = 0.0,
+                     storage: str = 'sqlite3', distribution: str = 'humble',
+                     compress: bool = False) -> None:
+    """Write a bag of the motion's IMU and odometry topics."""
+    store = typestore(distribution)
+    write_bag(path, motion_messages(store, motion, duration, imu_rate, odometry_rate,
+                                    namespace, start), store, storage, compress)
+
+
+def main() -> None:
+    """Write the shipped sample: 2 s at rest, facing north, on the ground at the origin.
+
+    IMU at 1200 Hz, SITL's default physics rate: Copter needs physics well above its 400 Hz
+    loop.
+    """
+    import shutil
+    shutil.rmtree(SAMPLE_BAG, ignore_errors=True)
+    write_motion_bag(SAMPLE_BAG, SteadyMotion(), duration=2.0, imu_rate=1200.0,
+                     compress=True)
+    print(f'wrote {SAMPLE_BAG}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,97 @@
+"""Counters and meters of the link and its inputs, read by diagnostics and the runner."""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+LATENCY_WINDOW = 2048
+RATE_SMOOTHING = 0.05
+
+
+class InputMeter:
+    """Arrival rate and age of one input, from the monotonic times of its messages."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+        self.rejected = 0
+        self.last_arrival: Optional[float] = None
+        self.last_stamp: Optional[float] = None
+        self._interval: Optional[float] = None
+
+    def record(self, arrival: float, stamp: float) -> None:
+        if self.last_arrival is not None:
+            interval = arrival - self.last_arrival
+            if self._interval is None:
+                self._interval = interval
+            else:
+                self._interval += RATE_SMOOTHING * (interval - self._interval)
+        self.count += 1
+        self.last_arrival = arrival
+        self.last_stamp = stamp
+
+    def rate(self) -> float:
+        """Messages per second, smoothed; 0 before two messages."""
+        if not self._interval or self._interval <= 0.0:
+            return 0.0
+        return 1.0 / self._interval
+
+    def age(self, now: float) -> Optional[float]:
+        """Seconds since the last message, None if none came."""
+        return None if self.last_arrival is None else now - self.last_arrival
+
+
+class LatencyWindow:
+    """The most recent reply latencies, for percentiles without unbounded memory."""
+
+    def __init__(self, size: int = LATENCY_WINDOW) -> None:
+        self._values: List[float] = [0.0] * size
+        self._next = 0
+        self._filled = 0
+
+    def add(self, seconds: float) -> None:
+        self._values[self._next] = seconds
+        self._next = (self._next + 1) % len(self._values)
+        self._filled = min(self._filled + 1, len(self._values))
+
+    def percentile(self, fraction: float) -> Optional[float]:
+        if not self._filled:
+            return None
+        ordered = sorted(self._values[:self._filled])
+        return ordered[min(self._filled - 1, int(fraction * self._filled))]
+
+
+@dataclass
+class LinkStats:
+    """What the link has seen: the one object diagnostics and the runner's summary read."""
+
+    received: int = 0
+    replied: int = 0
+    new_frames: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    restarts: int = 0
+    rejected: int = 0
+    strangers: int = 0
+    unanswered: int = 0
+    skipped: int = 0
+    channel_count: int = 0
+    frame_rate_hint: int = 0
+    peer: Optional[Tuple[str, int]] = None
+    last_packet: Optional[float] = None
+    last_reply: Optional[float] = None
+    latency: LatencyWindow = field(default_factory=LatencyWindow)
+
+    def summary(self) -> Dict[str, object]:
+        """A plain dict of the counters and latency percentiles, in microseconds."""
+        p50, p99 = self.latency.percentile(0.5), self.latency.percentile(0.99)
+        return {
+            'received': self.received, 'replied': self.replied,
+            'new_frames': self.new_frames, 'duplicates': self.duplicates,
+            'lost': self.lost, 'restarts': self.restarts, 'rejected': self.rejected,
+            'strangers': self.strangers, 'unanswered': self.unanswered,
+            'skipped': self.skipped,
+            'channels': self.channel_count,
+            'peer': None if self.peer is None else f'{self.peer[0]}:{self.peer[1]}',
+            'latency_p50_us': None if p50 is None else round(p50 * 1e6, 1),
+            'latency_p99_us': None if p99 is None else round(p99 * 1e6, 1),
+        }

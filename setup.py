@@ -1,0 +1,50 @@
+"""ament_python build of ardupilot_json_bridge; also installs with plain pip."""
+
+from glob import glob
+import os
+
+from setuptools import find_packages, setup
+
+PACKAGE = 'ardupilot_json_bridge'
+
+
+def data_tree(source: str) -> list:
+    """Map every file below source to share/<package>/<source>, keeping sub-folders."""
+    entries = {}
+    for path in glob(os.path.join(source, '**', '*'), recursive=True):
+        if os.path.isfile(path):
+            target = os.path.join('share', PACKAGE, os.path.dirname(path))
+            entries.setdefault(target, []).append(path)
+    return sorted(entries.items())
+
+
+setup(
+    name=PACKAGE,
+    version='0.1.0',
+    packages=find_packages(exclude=['test', 'test.*', 'benchmarks']),
+    package_data={PACKAGE: ['data/*', 'data/*/*']},
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
+        ('share/' + PACKAGE, ['package.xml']),
+    ] + data_tree('launch') + data_tree('config'),
+    python_requires='>=3.10',
+    install_requires=['setuptools', 'numpy', 'PyYAML'],
+    extras_require={
+        'replay': ['rosbags>=0.10'],
+        'test': ['pytest', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
+                 'catkin_pkg'],
+        'benchmark': ['rosbags>=0.10', 'psutil'],
+    },
+    zip_safe=True,
+    maintainer='ardupilot_json_bridge maintainers',
+    maintainer_email='maintainers@ardupilot-json-bridge.dev',
+    description='ROS 2 bridge between physics engines and ArduPilot SITL (JSON interface).',
+    license='Apache-2.0',
+    tests_require=['pytest'],
+    entry_points={
+        'console_scripts': [
+            'ardupilot-json-bridge = ardupilot_json_bridge.cli:main',
+            'bridge = ardupilot_json_bridge.node:main',
+        ],
+    },
+)
