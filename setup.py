@@ -32,7 +32,7 @@ setup(
     extras_require={
         'replay': ['rosbags>=0.10'],
         'test': ['pytest', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
-                 'catkin_pkg'],
+                 'catkin_pkg', 'flake8', 'flake8-quotes', 'flake8-import-order'],
         'benchmark': ['rosbags>=0.10', 'psutil'],
     },
     zip_safe=True,

@@ -84,4 +84,3 @@ def write_bag(path: str, messages: Iterable[Tuple[str, str, int, Any]], store: A
                 connections[topic] = writer.add_connection(topic, msgtype, typestore=store)
             writer.write(connections[topic], log_time_ns,
                          store.serialize_cdr(message, msgtype))
-

@@ -43,7 +43,7 @@ def format_report(stats: LinkStats, meters: List[InputMeter], now: float) -> str
 
 def _add_link_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--instance', type=int, help='SITL instance -I N (port 9002 + 10 N)')
-    parser.add_argument('--config', help='ros__parameters YAML (the node\'s presets work)')
+    parser.add_argument('--config', help="ros__parameters YAML (the node's presets work)")
     parser.add_argument('--bind', dest='bind_address', help='address to listen on')
     parser.add_argument('--port', type=int, help='UDP port (default 9002 + 10 x instance)')
     parser.add_argument('--log-level', default='info',
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         description='Serve ArduPilot SITL (--model JSON:<ip>) without ROS.')
     commands = parser.add_subparsers(dest='command', required=True)
     replay = commands.add_parser(
-        'replay', help='serve SITL from a rosbag2 of a simulator\'s topics',
+        'replay', help="serve SITL from a rosbag2 of a simulator's topics",
         description='Replay a rosbag2 (sqlite3 or MCAP) of odometry and IMU to SITL. '
                     'Without BAG, a shipped sample (a vehicle resting on the ground) '
                     'plays in a loop.')

@@ -80,7 +80,7 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('imu_topic', 'imu', 'sensor_msgs/Imu of the vehicle', read_only=True),
     ParameterSpec('imu_mounting_rpy', [0.0, 0.0, 0.0], 'Orientation of the IMU frame in the '
                   'FLU body, degrees roll, pitch, yaw: [0, 0, 0] for a REP-103 IMU, '
-                  '[180, 0, 0] for ardupilot_gazebo\'s FRD IMU', read_only=True),
+                  "[180, 0, 0] for ardupilot_gazebo's FRD IMU", read_only=True),
     ParameterSpec('odom_twist_frame', 'child', 'Frame of the odometry twist: child (body, as '
                   'nav_msgs/Odometry defines) or world (ENU)', read_only=True,
                   choices=('child', 'world')),
@@ -94,7 +94,7 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('rc_topic', '', 'sensor_msgs/Joy to RC channels 1-12 (axes, then buttons); '
                   'empty for none', read_only=True),
     ParameterSpec('raw_pwm_topic', 'servo_pwm', 'std_msgs/UInt16MultiArray of every new '
-                  'frame\'s PWM, for recording; empty for none', read_only=True),
+                  "frame's PWM, for recording; empty for none", read_only=True),
 )
 
 PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
@@ -355,3 +355,19 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
         raise ConfigError(f'{path}: no ros__parameters for node {full_name} (sections: '
                           f'{", ".join(map(str, document))})')
     return parameters
+
+
+def parameter_table() -> str:
+    """The fixed parameters as the Markdown table README.md shows (a test keeps them equal)."""
+    rows = ['| parameter | default | description |', '| --- | --- | --- |']
+    for spec in PARAMETERS:
+        default = spec.default
+        if isinstance(default, bool):
+            shown = f'`{str(default).lower()}`'
+        elif isinstance(default, str):
+            shown = f'`{default}`' if default else '(empty)'
+        else:
+            shown = f'`{default}`'
+        read_only = ' Read-only.' if spec.read_only else ''
+        rows.append(f'| `{spec.name}` | {shown} | {spec.description}.{read_only} |')
+    return '\n'.join(rows) + '\n'

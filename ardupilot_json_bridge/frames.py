@@ -47,7 +47,7 @@ def quaternion_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def canonical(q: np.ndarray) -> np.ndarray:
     """Unit quaternion with w >= 0 (q and -q are the same rotation)."""
-    norm = float(np.linalg.norm(q))
+    norm = math.hypot(*q)
     if not math.isfinite(norm) or norm < 1e-9:
         raise ValueError(f'not a rotation: quaternion {tuple(q)} has norm {norm}')
     q = q / norm
@@ -96,10 +96,13 @@ def propagate_attitude(q: Sequence[float], gyro: Sequence[float],
     """Rotate attitude q by body rates gyro held for dt seconds: q * exp(gyro * dt / 2).
 
     Plain floats: this runs once per SITL frame on 4 numbers, where numpy's per-call overhead
-    would cost more than the arithmetic.
+    would cost more than the arithmetic. A rotation too large to represent gives NaN, which
+    the encoder refuses.
     """
     wx, wy, wz = gyro
-    angle = math.sqrt(wx * wx + wy * wy + wz * wz) * dt
+    angle = math.hypot(wx, wy, wz) * dt
+    if not math.isfinite(angle):
+        return (math.nan,) * 4
     if angle < 1e-12:
         return tuple(q)
     half = 0.5 * angle

@@ -162,4 +162,3 @@ def joy_to_rc(msg: Any) -> RcSample:
     channels = [RC_CENTRE_US + RC_HALF_RANGE_US * max(-1.0, min(1.0, a)) for a in axes]
     channels += [RC_CENTRE_US + RC_HALF_RANGE_US * (1.0 if b else -1.0) for b in msg.buttons]
     return RcSample(stamp=stamp_seconds(msg.header), value=tuple(channels[:RC_CHANNELS]))
-

@@ -66,7 +66,7 @@ def bind_udp(address: str, port: int, instance: int) -> socket.socket:
         if error.errno == errno.EADDRINUSE:
             owner = udp_port_owner(port)
             culprit = f'it is held by {owner}' if owner else (
-                'another bridge, Gazebo\'s ArduPilotPlugin or a second vehicle configured '
+                "another bridge, Gazebo's ArduPilotPlugin or a second vehicle configured "
                 'with the same instance is the usual culprit')
             raise LinkError(
                 f'UDP port {port} on {address} (SITL instance {instance}) is already in use: '
@@ -231,10 +231,15 @@ class SitlLink:
         session, state = self.session, self.state
         deadline = received + self.settings.fresh_timeout
         after = session.served_sequence
+        stuck_stamp = None
         while True:
             result = state.wait_for_instant(after, max(0.0, deadline - self._clock()))
             if not isinstance(result, Instant):
-                self._unanswered(packet, str(result), 'unavailable:' + result.input)
+                reason = str(result)
+                if stuck_stamp is not None:
+                    reason = (f'{state.primary} stamps are not advancing (stuck at '
+                              f'{stuck_stamp:.6f} s): does the simulator stamp its messages?')
+                self._unanswered(packet, reason, 'unavailable:' + result.input)
                 return
             if session.last_stamp is not None and result.stamp < session.last_stamp:
                 self.logger.warning(
@@ -244,7 +249,7 @@ class SitlLink:
             timestamp = session.timestamp_for(result.stamp)
             if timestamp is not None:
                 break
-            after = result.sequence
+            after, stuck_stamp = result.sequence, result.stamp
         if result.skipped:
             self.stats.skipped += result.skipped
             self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '

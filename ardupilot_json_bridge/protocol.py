@@ -198,4 +198,3 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
         parts.append(',"no_time_sync":1')
     parts.append('}')
     return ('\n' + ''.join(parts) + '\n').encode('ascii'), tuple(dropped)
-

@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from ardupilot_json_bridge.bagfile import BagError, BagMessage, bag_topics, read_messages
+from ardupilot_json_bridge.bagfile import bag_topics, BagError, BagMessage, read_messages
+from ardupilot_json_bridge.inputs import stamp_seconds
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.routes import deliver, InputRoute
 from ardupilot_json_bridge.state import SensorState
@@ -98,8 +99,14 @@ class BagReplay:
             self.finished.set()
 
     def _play(self) -> None:
+        """Deliver the bag (in loops if asked), pacing by log time.
+
+        Topics without headers are stamped with their log time moved into the header-stamp
+        domain (a bag recorded without --use-sim-time logs wall time, its headers sim time).
+        """
         settings, state = self.settings, self.state
         offset = 0.0
+        log_to_stamp = 0.0
         while not self._stop.is_set():
             wall_start = time.monotonic()
             for message in self.messages:
@@ -111,7 +118,10 @@ class BagReplay:
                 elif self._stop.is_set():
                     return
                 route = self.routes[message.topic]
-                delivered = deliver(route, message.message, message.log_time_ns * 1e-9, state,
+                log_time = message.log_time_ns * 1e-9
+                if message.topic == self._primary:
+                    log_to_stamp = stamp_seconds(message.message.header) - log_time
+                delivered = deliver(route, message.message, log_time + log_to_stamp, state,
                                     self.warnings, offset)
                 if delivered and settings.rate == 0.0 and message.topic == self._primary:
                     state.wait_until_served()

@@ -72,8 +72,8 @@ def deliver(route: InputRoute, message: Any, received: float, state: SensorState
             warnings: RateLimitedLog, stamp_offset: float = 0.0) -> bool:
     """Convert a message and push it; a bad message is counted and reported, not raised.
 
-    A zero header stamp means an unstamped message: the receive time stands in for it.
-    stamp_offset shifts the stamp (a looping replay).
+    received stamps messages that carry no header; stamp_offset shifts the stamp (a looping
+    replay).
     """
     try:
         sample = route.convert(message, received)
@@ -82,8 +82,6 @@ def deliver(route: InputRoute, message: Any, received: float, state: SensorState
         warnings.warning(f'invalid:{route.name}', f'ignored a {route.msgtype} message on '
                                                   f'{route.topic}: {error}')
         return False
-    if sample.stamp == 0.0:
-        sample = replace(sample, stamp=received)
     if stamp_offset:
         sample = replace(sample, stamp=sample.stamp + stamp_offset)
     route.push(sample)

@@ -57,10 +57,10 @@ def _yaw_quaternion(store: Any, yaw: float) -> Any:
         x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))
 
 
-def imu_message(store: Any, motion: SteadyMotion, t: float) -> Any:
-    """What a level, FLU-mounted IMU reads: yaw rate and gravity's reaction (+z)."""
+def imu_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
+    """What a level, FLU-mounted IMU reads at motion time t: yaw rate and gravity's reaction."""
     types = store.types
-    header = types['std_msgs/msg/Header'](stamp=_stamp(store, t), frame_id='imu_link')
+    header = types['std_msgs/msg/Header'](stamp=_stamp(store, stamp), frame_id='imu_link')
     return types[IMU_TYPE](
         header=header, orientation=_yaw_quaternion(store, motion.pose(t)[1]),
         orientation_covariance=np.zeros(9),
@@ -70,8 +70,8 @@ def imu_message(store: Any, motion: SteadyMotion, t: float) -> Any:
         linear_acceleration_covariance=np.zeros(9))
 
 
-def odometry_message(store: Any, motion: SteadyMotion, t: float) -> Any:
-    """nav_msgs/Odometry of the motion: ENU pose, twist in the body (child) frame."""
+def odometry_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
+    """nav_msgs/Odometry of the motion at time t: ENU pose, twist in the body (child) frame."""
     types = store.types
     position, yaw = motion.pose(t)
     pose = types['geometry_msgs/msg/Pose'](
@@ -81,11 +81,11 @@ def odometry_message(store: Any, motion: SteadyMotion, t: float) -> Any:
         linear=_vector(store, *motion.body_velocity(yaw)),
         angular=_vector(store, 0.0, 0.0, motion.yaw_rate))
     return types[ODOMETRY_TYPE](
-        header=types['std_msgs/msg/Header'](stamp=_stamp(store, t), frame_id='odom'),
+        header=types['std_msgs/msg/Header'](stamp=_stamp(store, stamp), frame_id='odom'),
         child_frame_id='base_link',
         pose=types['geometry_msgs/msg/PoseWithCovariance'](pose=pose, covariance=np.zeros(36)),
-        twist=types['geometry_msgs/msg/TwistWithCovariance'](twist=twist,
-                                                            covariance=np.zeros(36)))
+        twist=types['geometry_msgs/msg/TwistWithCovariance'](
+            twist=twist, covariance=np.zeros(36)))
 
 
 def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate: float,
@@ -100,10 +100,10 @@ def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate:
         stamp = start + t
         if kind == 'imu':
             yield prefix + 'imu', IMU_TYPE, int(round(stamp * 1e9)), imu_message(
-                store, motion, t)
+                store, motion, t, stamp)
         else:
             yield prefix + 'odom', ODOMETRY_TYPE, int(round(stamp * 1e9)), odometry_message(
-                store, motion, t)
+                store, motion, t, stamp)
 
 
 def write_motion_bag(path: str, motion: SteadyMotion, duration: float, imu_rate: float = 400.0,

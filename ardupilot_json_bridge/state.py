@@ -222,7 +222,7 @@ class SensorState:
             return Unavailable(ODOMETRY, 'no message received yet')
         lag = imu.stamp - odometry.stamp
         if abs(lag) > self.settings.max_odometry_lag:
-            return Unavailable(ODOMETRY, f'stamp is {lag:+.3f} s from the IMU sample\'s '
+            return Unavailable(ODOMETRY, f'stamp is {lag:+.3f} s from the IMU sample '
                                          f'(max_odometry_lag {self.settings.max_odometry_lag} s)')
         return Instant(
             sequence=sequence, stamp=imu.stamp, skipped=skipped, imu=imu, odometry=odometry,
@@ -285,4 +285,3 @@ def build_reply(instant: Instant, timestamp: float, no_time_sync: bool = False) 
         battery=None if instant.battery is None else instant.battery.value,
         rc=() if instant.rc is None else instant.rc.value,
         no_time_sync=no_time_sync)
-

@@ -1,0 +1,73 @@
+"""Actuator command messages for each output group, built from any set of ROS classes.
+
+The node passes rclpy's message classes, the tests rosbags' ones, so construction is checked
+here without ROS. Every field is given by keyword, as both kinds of class accept.
+"""
+
+from dataclasses import dataclass
+import math
+from typing import Any, Callable, List, Sequence, Tuple
+
+from ardupilot_json_bridge.pwm import ActuatorField, OutputGroup, OutputKind
+
+
+@dataclass(frozen=True)
+class MessageClasses:
+    """The message classes (and array constructors) commands are built from.
+
+    actuators is None where actuator_msgs is not installed.
+    """
+
+    time: Any
+    header: Any
+    float64: Any
+    float64_multi_array: Any
+    multi_array_layout: Any
+    uint16_multi_array: Any
+    actuators: Any
+    float_array: Callable[[Sequence[float]], Any]
+    uint16_array: Callable[[Sequence[int]], Any]
+
+
+def time_message(classes: MessageClasses, seconds: float) -> Any:
+    """builtin_interfaces/Time of a time in seconds."""
+    whole = math.floor(seconds)
+    nanoseconds = min(int(round((seconds - whole) * 1e9)), 999_999_999)
+    return classes.time(sec=int(whole), nanosec=nanoseconds)
+
+
+def actuators_message(classes: MessageClasses, field: ActuatorField, values: Sequence[float],
+                      stamp: float, frame_id: str = '') -> Any:
+    """actuator_msgs/Actuators with values in one of its three arrays."""
+    arrays = {f.value: classes.float_array(()) for f in ActuatorField}
+    arrays[field.value] = classes.float_array(values)
+    header = classes.header(stamp=time_message(classes, stamp), frame_id=frame_id)
+    return classes.actuators(header=header, **arrays)
+
+
+def multi_array_message(classes: MessageClasses, values: Sequence[float]) -> Any:
+    """std_msgs/Float64MultiArray with exactly the group's values, as forward controllers want."""
+    layout = classes.multi_array_layout(dim=[], data_offset=0)
+    return classes.float64_multi_array(layout=layout, data=classes.float_array(values))
+
+
+def pwm_message(classes: MessageClasses, pwm: Sequence[int]) -> Any:
+    """std_msgs/UInt16MultiArray of one frame's raw PWM (SERVO1 first)."""
+    layout = classes.multi_array_layout(dim=[], data_offset=0)
+    return classes.uint16_multi_array(layout=layout, data=classes.uint16_array(pwm))
+
+
+def group_messages(classes: MessageClasses, group: OutputGroup, values: Sequence[float],
+                   stamp: float) -> List[Tuple[str, Any]]:
+    """(topic, message) pairs that publish one group's command values."""
+    if group.kind is OutputKind.ACTUATORS:
+        return [(group.topic, actuators_message(classes, group.field, values, stamp))]
+    if group.kind is OutputKind.FLOAT64_MULTI_ARRAY:
+        return [(group.topic, multi_array_message(classes, values))]
+    return [(topic, classes.float64(data=float(value)))
+            for topic, value in zip(group.topics, values)]
+
+
+def group_topics(group: OutputGroup) -> Tuple[str, ...]:
+    """Every topic a group publishes on."""
+    return group.topics if group.kind is OutputKind.FLOAT64 else (group.topic,)

@@ -1,0 +1,106 @@
+"""Diagnostic statuses of the link and its inputs, with levels a user can act on.
+
+Pure: the node turns these into diagnostic_msgs/DiagnosticArray; tests read them directly.
+"""
+
+from dataclasses import dataclass, field
+import enum
+from typing import Dict, List, Optional, Sequence
+
+from ardupilot_json_bridge.link import LinkSettings
+from ardupilot_json_bridge.stats import InputMeter, LinkStats
+
+STALLED_AFTER = 2.0
+STALE_INPUT_AFTER = 1.0
+
+
+class Level(enum.IntEnum):
+    """diagnostic_msgs/DiagnosticStatus levels."""
+
+    OK = 0
+    WARN = 1
+    ERROR = 2
+    STALE = 3
+
+
+@dataclass(frozen=True)
+class Status:
+    level: Level
+    name: str
+    message: str
+    values: Dict[str, str] = field(default_factory=dict)
+
+
+def _microseconds(seconds: Optional[float]) -> str:
+    return 'n/a' if seconds is None else f'{seconds * 1e6:.0f}'
+
+
+class BridgeMonitor:
+    """Statuses of the link and each input; judges counters by what changed since last time."""
+
+    def __init__(self, settings: LinkSettings, prefix: str, topics: Dict[str, str],
+                 mandatory: Sequence[str]) -> None:
+        self.settings = settings
+        self.prefix = prefix
+        self.topics = topics
+        self.mandatory = set(mandatory)
+        self._replied = 0
+        self._unanswered = 0
+        self._rejected: Dict[str, int] = {}
+        self._last_time: Optional[float] = None
+
+    def statuses(self, stats: LinkStats, meters: Sequence[InputMeter],
+                 now: float) -> List[Status]:
+        """Every status at monotonic time now."""
+        link = self.link_status(stats, now)
+        return [link] + [self.input_status(m, now) for m in meters if m.name in self.topics]
+
+    def link_status(self, stats: LinkStats, now: float) -> Status:
+        elapsed = None if self._last_time is None else now - self._last_time
+        rate = 0.0 if not elapsed else (stats.replied - self._replied) / elapsed
+        newly_unanswered = stats.unanswered - self._unanswered
+        self._replied, self._unanswered, self._last_time = stats.replied, stats.unanswered, now
+        values = {
+            'port': str(self.settings.listen_port), 'instance': str(self.settings.instance),
+            'sitl_address': 'none' if stats.peer is None else f'{stats.peer[0]}:{stats.peer[1]}',
+            'channels': str(stats.channel_count), 'frame_rate_hz': f'{rate:.1f}',
+            'replied': str(stats.replied), 'duplicates': str(stats.duplicates),
+            'lost': str(stats.lost), 'restarts': str(stats.restarts),
+            'unanswered': str(stats.unanswered), 'skipped': str(stats.skipped),
+            'rejected_datagrams': str(stats.rejected), 'strangers': str(stats.strangers),
+            'latency_p50_us': _microseconds(stats.latency.percentile(0.5)),
+            'latency_p99_us': _microseconds(stats.latency.percentile(0.99)),
+        }
+        name = f'{self.prefix}: SITL link'
+        if stats.last_packet is None:
+            return Status(Level.WARN, name, f'waiting for SITL on UDP port '
+                                            f'{self.settings.listen_port} (sim_vehicle.py -I '
+                                            f'{self.settings.instance} --model JSON:<this host>)',
+                          values)
+        silent = now - stats.last_packet
+        if silent > STALLED_AFTER:
+            return Status(Level.ERROR, name, f'stalled: no servo packet for {silent:.1f} s '
+                                             '(SITL stopped or paused?)', values)
+        if newly_unanswered:
+            return Status(Level.WARN, name, f'connected, but {newly_unanswered} frame(s) went '
+                                            'unanswered: see the inputs', values)
+        return Status(Level.OK, name, f'connected, {rate:.0f} frames/s', values)
+
+    def input_status(self, meter: InputMeter, now: float) -> Status:
+        age = meter.age(now)
+        topic = self.topics[meter.name]
+        values = {'topic': topic, 'rate_hz': f'{meter.rate():.1f}',
+                  'age_s': 'never' if age is None else f'{age:.2f}',
+                  'messages': str(meter.count), 'rejected': str(meter.rejected)}
+        name = f'{self.prefix}: input {meter.name}'
+        newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
+        self._rejected[meter.name] = meter.rejected
+        missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
+        if age is None:
+            return Status(missing, name, f'no messages on {topic}', values)
+        if age > STALE_INPUT_AFTER:
+            return Status(missing, name, f'stale: last message {age:.1f} s ago', values)
+        if newly_rejected:
+            return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
+                                            '(NaN or malformed)', values)
+        return Status(Level.OK, name, f'{meter.rate():.0f} Hz', values)

@@ -1,0 +1,83 @@
+"""What the launch files start, decided without launch_ros so it can be tested anywhere.
+
+Launch arguments arrive as strings; these functions validate them and return the node
+configurations (namespace, instance, port, parameters) the launch files hand to launch_ros.
+"""
+
+from dataclasses import dataclass
+import re
+from typing import Any, Dict, List, Union
+
+from ardupilot_json_bridge.link import sitl_port
+
+NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
+MAX_FLEET = 64
+
+
+class LaunchArgumentError(ValueError):
+    """A launch argument that cannot work; the message names it."""
+
+
+@dataclass(frozen=True)
+class VehicleLaunch:
+    """One bridge node: where it lives and which SITL instance it serves."""
+
+    namespace: str
+    instance: int
+
+    @property
+    def port(self) -> int:
+        return sitl_port(self.instance)
+
+
+def parse_bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ('true', '1', 'yes', 'on'):
+        return True
+    if lowered in ('false', '0', 'no', 'off'):
+        return False
+    raise LaunchArgumentError(f'{name}: expected true or false, got {text!r}')
+
+
+def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise LaunchArgumentError(f'{name}: expected a whole number, got {text!r}') from None
+    if not minimum <= value <= maximum:
+        raise LaunchArgumentError(f'{name}: {value} is outside {minimum}..{maximum}')
+    return value
+
+
+def parse_namespace(name: str, text: str) -> str:
+    namespace = text.strip().strip('/')
+    if namespace and not NAMESPACE.match(namespace):
+        raise LaunchArgumentError(f'{name}: {text!r} is not a valid ROS namespace')
+    return namespace
+
+
+def bridge_parameters(instance: int, use_sim_time: bool,
+                      params_file: str) -> List[Union[str, Dict[str, Any]]]:
+    """The parameters list of one bridge node: the file first, launch arguments over it."""
+    parameters: List[Union[str, Dict[str, Any]]] = [params_file] if params_file else []
+    parameters.append({'instance': instance, 'use_sim_time': use_sim_time})
+    return parameters
+
+
+def single_vehicle(namespace: str, instance: str) -> VehicleLaunch:
+    """bridge.launch.py's vehicle from its namespace and instance arguments."""
+    return VehicleLaunch(parse_namespace('namespace', namespace),
+                         parse_count('instance', instance, 0, 6553))
+
+
+def fleet(count: str, prefix: str, first_instance: str) -> List[VehicleLaunch]:
+    """fleet.launch.py's vehicles: <prefix><instance> in namespaces, instances in a row.
+
+    Instance N listens on 9002 + 10 N, which is where sim_vehicle.py -I N sends.
+    """
+    number = parse_count('count', count, 1, MAX_FLEET)
+    first = parse_count('first_instance', first_instance, 0, 6553 - number + 1)
+    base = parse_namespace('namespace_prefix', prefix)
+    if not base:
+        raise LaunchArgumentError('namespace_prefix: vehicles need a namespace prefix')
+    return [VehicleLaunch(f'{base}{first + i}', first + i) for i in range(number)]

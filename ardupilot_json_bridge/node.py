@@ -1,0 +1,268 @@
+"""The json_sitl_bridge node: simulator topics in, ArduPilot SITL link, actuator commands out.
+
+The only module that imports rclpy and message packages, written against what Humble and
+Jazzy both offer. The UDP link runs in a thread of its own: nothing on the data path waits for
+a ROS timer, and ROS timers stall while simulated time stands still.
+"""
+
+import array
+from dataclasses import replace
+import importlib
+import logging
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rcl_interfaces.msg import (
+    FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult)
+import rclpy
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import (
+    DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy)
+from rclpy.qos_overriding_options import QoSOverridingOptions
+from std_msgs.msg import (
+    Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
+
+from ardupilot_json_bridge.commands import group_messages, group_topics, MessageClasses, \
+    pwm_message
+from ardupilot_json_bridge.config import (
+    BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
+    ParameterSpec)
+from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
+from ardupilot_json_bridge.link import LinkError, SitlLink
+from ardupilot_json_bridge.protocol import ServoPacket
+from ardupilot_json_bridge.pwm import ActuatorMapper, OutputKind
+from ardupilot_json_bridge.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.routes import deliver, input_routes
+from ardupilot_json_bridge.state import SensorState
+
+# Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
+# publishers alike; only the newest sample matters.
+SENSOR_QOS = qos_profile_sensor_data
+# Actuator commands: a best-effort publisher reaches no reliable subscriber (ros_gz_bridge,
+# ros2_control), so commands are reliable.
+COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.VOLATILE)
+# What diagnostic_updater uses for /diagnostics.
+DIAGNOSTICS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                             reliability=ReliabilityPolicy.RELIABLE)
+DIAGNOSTICS_PERIOD = 1.0
+# Settings the link and state can take while running; the rest are read-only.
+LIVE_SETTINGS = ('fresh_timeout', 'peer_timeout', 'max_odometry_lag', 'max_optional_age',
+                 'max_backlog')
+LEVELS = {Level.OK: 'OK', Level.WARN: 'WARN', Level.ERROR: 'ERROR', Level.STALE: 'STALE'}
+
+
+def message_class(msgtype: str) -> Any:
+    """The rclpy class of 'package/msg/Name'."""
+    package, _, name = msgtype.split('/')
+    return getattr(importlib.import_module(f'{package}.msg'), name)
+
+
+def parameter_descriptor(spec: ParameterSpec) -> ParameterDescriptor:
+    """A ROS parameter descriptor from a ParameterSpec (numbers take ints or floats)."""
+    descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
+    if spec.choices:
+        descriptor.additional_constraints = 'one of: ' + ', '.join(spec.choices)
+    default = spec.default
+    if isinstance(default, bool) or isinstance(default, str):
+        return descriptor
+    if isinstance(default, int) and spec.minimum is not None:
+        descriptor.integer_range = [IntegerRange(from_value=int(spec.minimum),
+                                                 to_value=int(spec.maximum), step=0)]
+    elif isinstance(default, (float, list)):
+        descriptor.dynamic_typing = True
+        if isinstance(default, float) and spec.minimum is not None:
+            descriptor.floating_point_range = [FloatingPointRange(
+                from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0)]
+    return descriptor
+
+
+def rclpy_message_classes() -> MessageClasses:
+    """The classes commands are built from here; Actuators only if actuator_msgs exists."""
+    try:
+        from actuator_msgs.msg import Actuators
+    except ImportError:
+        Actuators = None
+    return MessageClasses(
+        time=Time, header=Header, float64=Float64, float64_multi_array=Float64MultiArray,
+        multi_array_layout=MultiArrayLayout, uint16_multi_array=UInt16MultiArray,
+        actuators=Actuators, float_array=lambda values: np.asarray(values, dtype=float),
+        uint16_array=lambda values: array.array('H', values))
+
+
+class RosLogHandler(logging.Handler):
+    """Sends the core's Python log records to a node's ROS logger."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self._logger = node.get_logger()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = self.format(record)
+        if record.levelno >= logging.ERROR:
+            self._logger.error(message)
+        elif record.levelno >= logging.WARNING:
+            self._logger.warning(message)
+        elif record.levelno >= logging.INFO:
+            self._logger.info(message)
+        else:
+            self._logger.debug(message)
+
+
+class JsonSitlBridge(Node):
+    """Serves one ArduPilot SITL instance from the simulator's topics."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self._log_handler = RosLogHandler(self)
+        self.core_logger = logging.getLogger(f'ardupilot_json_bridge.{id(self)}')
+        self.core_logger.addHandler(self._log_handler)
+        self.core_logger.setLevel(logging.INFO)
+        self.core_logger.propagate = False
+        self.warnings = RateLimitedLog(self.core_logger)
+        self.config = config_from_parameters(self._declare_parameters())
+        self.state = SensorState(self.config.state)
+        self.classes = rclpy_message_classes()
+        self.routes = input_routes(self.config, self.state)
+        for route in self.routes:
+            self.create_subscription(
+                message_class(route.msgtype), route.topic,
+                lambda message, route=route: deliver(route, message, self._now(), self.state,
+                                                     self.warnings),
+                SENSOR_QOS, qos_overriding_options=QoSOverridingOptions.with_default_policies())
+        self.groups = self._usable_groups(self.config)
+        self.mapper = ActuatorMapper(self.groups)
+        self.command_publishers = {
+            topic: self.create_publisher(
+                Float64 if group.kind is OutputKind.FLOAT64 else
+                Float64MultiArray if group.kind is OutputKind.FLOAT64_MULTI_ARRAY else
+                self.classes.actuators, topic, COMMAND_QOS)
+            for group in self.groups for topic in group_topics(group)}
+        self.pwm_publisher = (self.create_publisher(UInt16MultiArray, self.config.raw_pwm_topic,
+                                                    COMMAND_QOS)
+                              if self.config.raw_pwm_topic else None)
+        prefix = self.get_fully_qualified_name().lstrip('/')
+        self.monitor = BridgeMonitor(
+            self.config.link, prefix, {r.name: self.resolve_topic_name(r.topic)
+                                       for r in self.routes},
+            [r.name for r in self.routes if r.mandatory])
+        self.diagnostics_publisher = self.create_publisher(DiagnosticArray, '/diagnostics',
+                                                           DIAGNOSTICS_QOS)
+        self.link = SitlLink(self.config.link, self.state, on_frame=self._on_frame,
+                             logger=self.core_logger)
+        self.link.start()
+        self.diagnostics_timer = self.create_timer(
+            DIAGNOSTICS_PERIOD, self.publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _declare_parameters(self) -> Dict[str, Any]:
+        values: Dict[str, Any] = {}
+        for spec in PARAMETERS:
+            values[spec.name] = self.declare_parameter(
+                spec.name, spec.default, parameter_descriptor(spec)).value
+        dynamic = ParameterDescriptor(dynamic_typing=True, read_only=True)
+        groups = self.declare_parameter(
+            'output_groups', None, ParameterDescriptor(
+                dynamic_typing=True, read_only=True,
+                description='Names of the actuator output groups; each is configured by '
+                            'outputs.<name>.<setting>')).value or []
+        values['output_groups'] = list(groups)
+        for group in values['output_groups']:
+            for setting in OUTPUT_SETTINGS:
+                name = f'outputs.{group}.{setting}'
+                value = self.declare_parameter(name, None, dynamic).value
+                if value is not None:
+                    values[name] = list(value) if isinstance(value, array.array) else value
+        return {k: list(v) if isinstance(v, array.array) else v for k, v in values.items()}
+
+    def _usable_groups(self, config: BridgeConfig) -> List[Any]:
+        groups = []
+        for group in config.outputs:
+            if group.kind is OutputKind.ACTUATORS and self.classes.actuators is None:
+                self.get_logger().error(
+                    f'output group {group.name} publishes actuator_msgs/Actuators, but '
+                    'actuator_msgs is not installed (apt install ros-$ROS_DISTRO-actuator-msgs)'
+                    ': the group is refused, the rest of the bridge runs')
+                continue
+            groups.append(group)
+        return groups
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_frame(self, packet: ServoPacket) -> None:
+        stamp = self._now()
+        values = self.mapper.apply(packet.pwm)
+        for group in self.groups:
+            for topic, message in group_messages(self.classes, group, values[group.name],
+                                                 stamp):
+                self.command_publishers[topic].publish(message)
+        if self.pwm_publisher is not None:
+            self.pwm_publisher.publish(pwm_message(self.classes, packet.pwm))
+
+    def publish_diagnostics(self) -> None:
+        """Publish the link's and the inputs' statuses on /diagnostics."""
+        report = DiagnosticArray()
+        report.header.stamp = self.get_clock().now().to_msg()
+        for status in self.monitor.statuses(self.link.stats, list(self.state.meters.values()),
+                                            time.monotonic()):
+            report.status.append(DiagnosticStatus(
+                level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
+                message=status.message, hardware_id=f'sitl_instance_{self.config.link.instance}',
+                values=[KeyValue(key=k, value=v) for k, v in status.values.items()]))
+        self.diagnostics_publisher.publish(report)
+
+    def _on_set_parameters(self, parameters: List[Any]) -> SetParametersResult:
+        changes = {p.name: p.value for p in parameters if p.name in LIVE_SETTINGS}
+        if not changes:
+            return SetParametersResult(successful=True)
+        current = {name: self.get_parameter(name).value for name in LIVE_SETTINGS}
+        try:
+            config = config_from_parameters({**current, **changes})
+        except ConfigError as error:
+            return SetParametersResult(successful=False, reason=str(error))
+        self.link.settings = replace(self.link.settings,
+                                     fresh_timeout=config.link.fresh_timeout,
+                                     peer_timeout=config.link.peer_timeout)
+        self.state.settings = replace(self.state.settings,
+                                      max_odometry_lag=config.state.max_odometry_lag,
+                                      max_optional_age=config.state.max_optional_age,
+                                      max_backlog=config.state.max_backlog)
+        return SetParametersResult(successful=True)
+
+    def destroy_node(self) -> None:
+        """Stop the link (releasing its port) before the node goes."""
+        self.link.stop()
+        self.core_logger.removeHandler(self._log_handler)
+        super().destroy_node()
+
+
+def main(args: Optional[List[str]] = None) -> int:
+    rclpy.init(args=args)
+    node: Optional[JsonSitlBridge] = None
+    try:
+        node = JsonSitlBridge()
+        rclpy.spin(node)
+    except (ConfigError, LinkError) as error:
+        rclpy.logging.get_logger(NODE_NAME).fatal(str(error))
+        return 1
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

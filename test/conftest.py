@@ -1,0 +1,52 @@
+"""Shared fixtures: free UDP ports, running links and SITL peers on loopback."""
+
+import socket
+from typing import Iterator, List
+
+import pytest
+
+from ardupilot_json_bridge.link import LinkSettings, SitlLink
+from ardupilot_json_bridge.state import SensorState, StateSettings
+from sitl_peer import SitlPeer
+
+
+def free_udp_port() -> int:
+    """A UDP port nothing on loopback holds right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def make_link() -> Iterator:
+    """Factory of started links (with their states) that are stopped after the test."""
+    links: List[SitlLink] = []
+
+    def make(state_settings: StateSettings = StateSettings(), on_frame=None, logger=None,
+             **link_settings) -> SitlLink:
+        link_settings.setdefault('port', free_udp_port())
+        link_settings.setdefault('fresh_timeout', 0.2)
+        link = SitlLink(LinkSettings(**link_settings), SensorState(state_settings), on_frame,
+                        logger)
+        link.start()
+        links.append(link)
+        return link
+
+    yield make
+    for link in links:
+        link.stop()
+
+
+@pytest.fixture
+def make_peer() -> Iterator:
+    """Factory of SITL peers aimed at a port, closed after the test."""
+    peers: List[SitlPeer] = []
+
+    def make(port: int, channels: int = 16) -> SitlPeer:
+        peer = SitlPeer(port, channels=channels)
+        peers.append(peer)
+        return peer
+
+    yield make
+    for peer in peers:
+        peer.close()

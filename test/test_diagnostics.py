@@ -1,0 +1,64 @@
+"""Diagnostic levels a user can act on."""
+
+import pytest
+
+from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
+from ardupilot_json_bridge.link import LinkSettings
+from ardupilot_json_bridge.stats import InputMeter, LinkStats
+
+
+def monitor():
+    return BridgeMonitor(LinkSettings(instance=1), 'uav1/json_sitl_bridge',
+                         {'imu': '/uav1/imu', 'odometry': '/uav1/odom', 'wind': '/uav1/wind'},
+                         ['imu', 'odometry'])
+
+
+def test_waiting_for_sitl():
+    status = monitor().link_status(LinkStats(), 10.0)
+    assert status.level is Level.WARN
+    assert 'waiting for SITL on UDP port 9012' in status.message
+    assert status.name == 'uav1/json_sitl_bridge: SITL link'
+
+
+def test_connected_rate_and_stalled():
+    watcher, stats = monitor(), LinkStats()
+    stats.last_packet, stats.peer = 10.0, ('127.0.0.1', 5555)
+    watcher.link_status(stats, 10.0)
+    stats.replied, stats.last_packet = 1200, 11.0
+    status = watcher.link_status(stats, 11.0)
+    assert status.level is Level.OK and status.values['frame_rate_hz'] == '1200.0'
+    assert status.values['sitl_address'] == '127.0.0.1:5555'
+    status = watcher.link_status(stats, 14.0)
+    assert status.level is Level.ERROR and 'stalled' in status.message
+
+
+def test_unanswered_frames_warn_once():
+    watcher, stats = monitor(), LinkStats()
+    stats.last_packet = 1.0
+    stats.unanswered = 3
+    assert watcher.link_status(stats, 1.0).level is Level.WARN
+    assert watcher.link_status(stats, 1.5).level is Level.OK
+
+
+@pytest.mark.parametrize('name,count,age,rejected,level,text', [
+    ('imu', 0, None, 0, Level.ERROR, 'no messages on /uav1/imu'),
+    ('wind', 0, None, 0, Level.WARN, 'no messages'),
+    ('odometry', 10, 3.0, 0, Level.ERROR, 'stale'),
+    ('imu', 10, 0.01, 2, Level.WARN, '2 invalid'),
+    ('imu', 10, 0.01, 0, Level.OK, 'Hz'),
+])
+def test_inputs(name, count, age, rejected, level, text):
+    meter = InputMeter(name)
+    for i in range(count):
+        meter.record(float(i), float(i))
+    meter.rejected = rejected
+    now = (count - 1 + age) if count else 0.0
+    status = monitor().input_status(meter, now)
+    assert status.level is level and text in status.message
+    assert status.values['topic'].startswith('/uav1/')
+
+
+def test_statuses_cover_configured_inputs_only():
+    statuses = monitor().statuses(LinkStats(), [InputMeter('imu'), InputMeter('rc')], 0.0)
+    assert [s.name for s in statuses] == ['uav1/json_sitl_bridge: SITL link',
+                                          'uav1/json_sitl_bridge: input imu']

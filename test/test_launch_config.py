@@ -1,0 +1,73 @@
+"""Launch arguments to node configurations (the logic of the launch files)."""
+
+import ast
+import os
+
+import pytest
+
+from ardupilot_json_bridge.launch_config import (
+    bridge_parameters, fleet, LaunchArgumentError, parse_bool, single_vehicle, VehicleLaunch)
+
+LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
+
+
+@pytest.mark.parametrize('count,prefix,first,expected', [
+    ('1', 'uav', '0', [('uav0', 0, 9002)]),
+    ('3', 'vehicle', '0', [('vehicle0', 0, 9002), ('vehicle1', 1, 9012),
+                           ('vehicle2', 2, 9022)]),
+    ('2', '/fleet/uav/', '5', [('fleet/uav5', 5, 9052), ('fleet/uav6', 6, 9062)]),
+])
+def test_fleet_derives_namespaces_instances_ports(count, prefix, first, expected):
+    vehicles = fleet(count, prefix, first)
+    assert [(v.namespace, v.instance, v.port) for v in vehicles] == expected
+
+
+@pytest.mark.parametrize('count,prefix,first,message', [
+    ('0', 'uav', '0', 'count: 0 is outside 1..64'),
+    ('two', 'uav', '0', 'count: expected a whole number'),
+    ('2', '', '0', 'namespace_prefix: vehicles need a namespace prefix'),
+    ('2', '9uav', '0', 'is not a valid ROS namespace'),
+    ('2', 'uav', '-1', 'first_instance'),
+])
+def test_fleet_refuses_bad_arguments(count, prefix, first, message):
+    with pytest.raises(LaunchArgumentError, match=message):
+        fleet(count, prefix, first)
+
+
+def test_single_vehicle():
+    assert single_vehicle('', '0') == VehicleLaunch('', 0)
+    assert single_vehicle('/uav1', '1').port == 9012
+    with pytest.raises(LaunchArgumentError, match='instance'):
+        single_vehicle('uav', 'x')
+
+
+@pytest.mark.parametrize('text,value', [('true', True), ('False', False), ('1', True),
+                                        ('off', False)])
+def test_parse_bool(text, value):
+    assert parse_bool('use_sim_time', text) is value
+
+
+def test_parse_bool_refuses():
+    with pytest.raises(LaunchArgumentError, match='use_sim_time'):
+        parse_bool('use_sim_time', 'maybe')
+
+
+def test_parameters_put_launch_arguments_over_the_file():
+    assert bridge_parameters(2, True, '/p.yaml') == ['/p.yaml', {'instance': 2,
+                                                                 'use_sim_time': True}]
+    assert bridge_parameters(0, False, '') == [{'instance': 0, 'use_sim_time': False}]
+
+
+@pytest.mark.parametrize('name,arguments', [
+    ('bridge.launch.py', {'namespace', 'instance', 'params_file', 'use_sim_time'}),
+    ('fleet.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
+                         'use_sim_time'}),
+    ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance'}),
+])
+def test_launch_files_declare_their_arguments(name, arguments):
+    with open(os.path.join(LAUNCH_DIR, name)) as source:
+        tree = ast.parse(source.read())
+    declared = {call.args[0].value for call in ast.walk(tree)
+                if isinstance(call, ast.Call) and getattr(call.func, 'id', '') ==
+                'DeclareLaunchArgument'}
+    assert declared == arguments

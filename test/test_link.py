@@ -1,0 +1,221 @@
+"""The UDP link over real loopback sockets, with the test SITL peer."""
+
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+from ardupilot_json_bridge.link import LinkError, LinkSettings, sitl_port, SitlLink
+from ardupilot_json_bridge.protocol import encode_servo_packet
+from ardupilot_json_bridge.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.state import SensorState, StateSettings
+from conftest import free_udp_port
+
+LEVEL = (1.0, 0.0, 0.0, 0.0)
+
+
+def feed(link: SitlLink, stamp: float, position=(1.0, 2.0, -3.0), gyro=(0.0, 0.0, 0.0)):
+    link.state.push_odometry(OdometrySample(stamp, position, (0.0, 0.0, 0.0), LEVEL, gyro))
+    link.state.push_imu(ImuSample(stamp, gyro, (0.0, 0.0, -9.80665)))
+
+
+def wait_for(condition, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_sitl_port_per_instance():
+    assert [sitl_port(i) for i in range(3)] == [9002, 9012, 9022]
+    assert LinkSettings(instance=2).listen_port == 9022
+    assert LinkSettings(instance=2, port=15000).listen_port == 15000
+
+
+def test_lock_step_replies_with_advancing_time(make_link, make_peer):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    timestamps = []
+    for i in range(5):
+        feed(link, 1000.0 + i * 0.001)
+        reply = peer.step()
+        timestamps.append(reply['timestamp'])
+        assert reply['position'] == (1.0, 2.0, -3.0)
+        assert reply['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
+    assert timestamps == pytest.approx([0.0, 0.001, 0.002, 0.003, 0.004], abs=1e-9)
+    assert wait_for(lambda: link.stats.replied == 5)
+    assert link.stats.unanswered == 0
+
+
+def test_duplicate_frame_gets_the_same_reply_and_no_new_outputs(make_link, make_peer):
+    frames = []
+    link = make_link(on_frame=frames.append)
+    peer = make_peer(link.address[1])
+    feed(link, 5.0)
+    peer.send(frame_count=0)
+    first = peer.receive()
+    feed(link, 5.001)
+    peer.send(frame_count=0)
+    again = peer.receive()
+    assert first == again
+    assert wait_for(lambda: link.stats.duplicates == 1)
+    assert len(frames) == 1
+
+
+def test_lost_frames_are_counted(make_link, make_peer):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    feed(link, 1.0)
+    peer.send(frame_count=0)
+    assert peer.receive() is not None
+    feed(link, 1.001)
+    peer.send(frame_count=3)
+    assert peer.receive() is not None
+    assert wait_for(lambda: link.stats.lost == 2)
+
+
+def test_restart_resets_time(make_link, make_peer, caplog):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    for i in range(3):
+        feed(link, 10.0 + i * 0.01)
+        peer.step()
+    feed(link, 10.05)
+    with caplog.at_level(logging.WARNING):
+        peer.frame_count = 0
+        reply = peer.step()
+    assert reply['timestamp'] == 0.0
+    assert wait_for(lambda: link.stats.restarts == 1)
+    assert 'SITL restarted' in caplog.text
+
+
+def test_unanswered_retry_is_answered_when_data_arrives(make_link, make_peer, caplog):
+    frames = []
+    link = make_link(on_frame=frames.append, fresh_timeout=0.1)
+    peer = make_peer(link.address[1])
+    with caplog.at_level(logging.WARNING):
+        peer.send(frame_count=0)
+        assert peer.receive(0.4) is None
+    assert 'no reply to SITL frame 0' in caplog.text and 'imu' in caplog.text
+    feed(link, 2.0)
+    peer.send(frame_count=0)
+    assert peer.receive() is not None
+    assert wait_for(lambda: (link.stats.unanswered, link.stats.replied) == (1, 1))
+    assert len(frames) == 1
+
+
+def test_waits_for_fresh_physics_rather_than_repeating_a_timestamp(make_link, make_peer):
+    link = make_link(fresh_timeout=2.0)
+    peer = make_peer(link.address[1])
+    feed(link, 1.0)
+    peer.step()
+    timer = threading.Timer(0.2, feed, args=(link, 1.0025))
+    timer.start()
+    started = time.monotonic()
+    reply = peer.step(timeout=3.0)
+    timer.join()
+    assert time.monotonic() - started >= 0.15
+    assert reply['timestamp'] == pytest.approx(0.0025)
+
+
+def test_stale_data_gets_no_reply(make_link, make_peer):
+    link = make_link(fresh_timeout=0.1)
+    peer = make_peer(link.address[1])
+    feed(link, 1.0)
+    peer.step()
+    peer.send()
+    assert peer.receive(0.3) is None
+    assert wait_for(lambda: link.stats.unanswered == 1)
+
+
+def test_strangers_are_ignored_while_the_peer_lives(make_link, make_peer, caplog):
+    link = make_link(peer_timeout=5.0)
+    sitl, stranger = make_peer(link.address[1]), make_peer(link.address[1])
+    feed(link, 1.0)
+    sitl.step()
+    with caplog.at_level(logging.WARNING):
+        stranger.send(frame_count=0)
+        assert stranger.receive(0.3) is None
+    assert wait_for(lambda: link.stats.strangers == 1)
+    assert 'Two SITL instances on one port' in caplog.text
+    feed(link, 1.001)
+    assert sitl.step()['timestamp'] == pytest.approx(0.001)
+
+
+def test_new_address_takes_over_after_silence(make_link, make_peer, caplog):
+    link = make_link(peer_timeout=0.2)
+    old, new = make_peer(link.address[1]), make_peer(link.address[1])
+    for i in range(3):
+        feed(link, 1.0 + i * 0.01)
+        old.step()
+    time.sleep(0.3)
+    feed(link, 1.05)
+    with caplog.at_level(logging.WARNING):
+        reply = new.step()
+    assert reply['timestamp'] == 0.0
+    assert link.peer == new.address
+    assert 'SITL moved' in caplog.text
+    assert wait_for(lambda: link.stats.restarts == 1)
+
+
+@pytest.mark.parametrize('channels', [16, 32])
+def test_channel_counts(make_link, make_peer, channels):
+    frames = []
+    link = make_link(on_frame=frames.append)
+    peer = make_peer(link.address[1], channels=channels)
+    feed(link, 1.0)
+    peer.step(pwm=[1000 + i for i in range(channels)])
+    assert frames[0].pwm == tuple(1000 + i for i in range(channels))
+    assert link.stats.channel_count == channels
+
+
+def test_malformed_datagrams_are_counted_and_explained(make_link, make_peer, caplog):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    with caplog.at_level(logging.WARNING):
+        peer.send_raw(b'\n{"timestamp":0}\n')
+        peer.send_raw(encode_servo_packet(0, [1500] * 16)[:30])
+        assert peer.receive(0.2) is None
+    assert wait_for(lambda: link.stats.rejected == 2)
+    assert 'JSON text' in caplog.text
+    feed(link, 1.0)
+    assert peer.step()['timestamp'] == 0.0
+
+
+def test_port_in_use_names_port_instance_and_holder():
+    port = free_udp_port()
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.bind(('127.0.0.1', port))
+    try:
+        with pytest.raises(LinkError) as error:
+            SitlLink(LinkSettings(instance=3, port=port), SensorState(StateSettings()))
+        message = str(error.value)
+        assert f'UDP port {port}' in message and 'instance 3' in message
+        assert 'pid' in message
+    finally:
+        holder.close()
+
+
+def test_two_instances_at_once(make_link, make_peer):
+    links = [make_link(instance=i) for i in range(2)]
+    peers = [make_peer(link.address[1]) for link in links]
+    for step in range(20):
+        for index, link in enumerate(links):
+            feed(link, 1.0 + step * 0.001, position=(float(index), 0.0, 0.0))
+        for index, peer in enumerate(peers):
+            assert peer.step()['position'] == (float(index), 0.0, 0.0)
+    assert wait_for(lambda: [link.stats.replied for link in links] == [20, 20])
+
+
+def test_stop_releases_the_port_and_ends_the_thread():
+    port = free_udp_port()
+    link = SitlLink(LinkSettings(port=port), SensorState(StateSettings()))
+    link.start()
+    link.stop()
+    assert not link._thread.is_alive()
+    again = SitlLink(LinkSettings(port=port), SensorState(StateSettings()))
+    again.stop()

@@ -1,0 +1,191 @@
+"""The ROS 2 node with real rclpy (run where ROS 2 is sourced; skipped elsewhere)."""
+
+import math
+import threading
+import time
+
+import pytest
+
+rclpy = pytest.importorskip('rclpy', reason='needs ROS 2 (Humble or Jazzy) sourced')
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402, I100, I202
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import Imu  # noqa: E402
+from std_msgs.msg import Float64MultiArray, UInt16MultiArray  # noqa: E402
+
+from ardupilot_json_bridge.node import JsonSitlBridge  # noqa: E402
+from conftest import free_udp_port  # noqa: E402
+from sitl_peer import parse_reply, SitlPeer  # noqa: E402
+
+NORTH = (0.0, 0.0, math.sin(math.pi / 4), math.cos(math.pi / 4))
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+BEST_EFFORT = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def ros():
+    rclpy.init()
+    yield
+    rclpy.shutdown()
+
+
+class Harness:
+    """Bridge nodes, a simulator stand-in node and an executor spinning them in a thread."""
+
+    def __init__(self) -> None:
+        self.executor = MultiThreadedExecutor()
+        self.sim = rclpy.create_node('fake_simulator')
+        self.executor.add_node(self.sim)
+        self.nodes = [self.sim]
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def bridge(self, namespace: str = '', **parameters) -> JsonSitlBridge:
+        overrides = [Parameter(name, value=value) for name, value in parameters.items()]
+        node = JsonSitlBridge(namespace=namespace, parameter_overrides=overrides)
+        self.executor.add_node(node)
+        self.nodes.append(node)
+        return node
+
+    def publish_motion(self, namespace: str, stamp: float, x: float) -> None:
+        if not hasattr(self, '_publishers'):
+            self._publishers = {}
+        key = namespace
+        if key not in self._publishers:
+            prefix = f'/{namespace}/' if namespace else '/'
+            self._publishers[key] = (
+                self.sim.create_publisher(Odometry, prefix + 'odom', RELIABLE),
+                self.sim.create_publisher(Imu, prefix + 'imu', BEST_EFFORT))
+        odom_publisher, imu_publisher = self._publishers[key]
+        odometry = Odometry()
+        odometry.header.stamp.sec = int(stamp)
+        odometry.header.stamp.nanosec = int(round((stamp % 1) * 1e9))
+        odometry.pose.pose.position.x = x
+        odometry.pose.pose.position.z = 2.0
+        (odometry.pose.pose.orientation.x, odometry.pose.pose.orientation.y,
+         odometry.pose.pose.orientation.z, odometry.pose.pose.orientation.w) = NORTH
+        odometry.twist.twist.linear.x = 1.0
+        odometry.twist.twist.angular.z = 0.1
+        imu = Imu()
+        imu.header.stamp = odometry.header.stamp
+        imu.angular_velocity.z = 0.1
+        imu.linear_acceleration.z = 9.80665
+        odom_publisher.publish(odometry)
+        imu_publisher.publish(imu)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        for node in self.nodes:
+            node.destroy_node()
+
+
+@pytest.fixture
+def harness():
+    h = Harness()
+    yield h
+    h.close()
+
+
+def serve(harness, peer, namespace, x, steps=20, timeout=10.0):
+    """Publish fresh samples and step the peer until it has `steps` replies."""
+    replies, stamp, deadline = [], 100.0, time.monotonic() + timeout
+    while len(replies) < steps and time.monotonic() < deadline:
+        stamp += 0.01
+        harness.publish_motion(namespace, stamp, x)
+        peer.send()
+        datagram = peer.receive(0.2)
+        if datagram is not None:
+            replies.append(parse_reply(datagram))
+            peer.frame_count += 1
+    return replies
+
+
+def test_node_declares_its_parameters(harness):
+    node = harness.bridge(port=free_udp_port())
+    assert node.get_parameter('instance').value == 0
+    descriptor = node.describe_parameters(['instance'])[0]
+    assert descriptor.read_only
+    assert 'SITL instance' in descriptor.description
+    result = node.set_parameters([Parameter('instance', value=3)])[0]
+    assert not result.successful
+    assert node.set_parameters([Parameter('fresh_timeout', value=0.3)])[0].successful
+    assert node.link.settings.fresh_timeout == 0.3
+    refused = node.set_parameters([Parameter('fresh_timeout', value=-1.0)])[0]
+    assert not refused.successful
+
+
+def test_node_answers_sitl_with_ned_frd_values(harness):
+    port = free_udp_port()
+    harness.bridge('uav1', port=port)
+    peer = SitlPeer(port)
+    try:
+        replies = serve(harness, peer, 'uav1', x=5.0)
+    finally:
+        peer.close()
+    assert len(replies) == 20
+    reply = replies[-1]
+    assert reply['position'][1] == pytest.approx(5.0, abs=0.05)     # ENU x is NED east
+    assert reply['position'][2] == pytest.approx(-2.0, abs=0.01)
+    assert reply['velocity'] == pytest.approx((1.0, 0.0, 0.0), abs=1e-6)  # north
+    assert reply['imu.gyro'] == pytest.approx((0.0, 0.0, -0.1))
+    assert reply['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
+    assert replies[0]['timestamp'] == 0.0
+
+
+def test_node_publishes_commands_reliably(harness):
+    port = free_udp_port()
+    harness.bridge(
+        'rover', port=port, output_groups=['wheels'],
+        **{'outputs.wheels.type': 'float64_multi_array', 'outputs.wheels.topic': 'wheels',
+           'outputs.wheels.channels': [3, 3], 'outputs.wheels.multiplier': 2.0})
+    received, pwm = [], []
+    harness.sim.create_subscription(Float64MultiArray, '/rover/wheels', received.append,
+                                    RELIABLE)
+    harness.sim.create_subscription(UInt16MultiArray, '/rover/servo_pwm', pwm.append, RELIABLE)
+    peer = SitlPeer(port)
+    frame_pwm = [1000, 1000, 2000] + [0] * 13
+    try:
+        deadline, stamp = time.monotonic() + 10.0, 100.0
+        while not received and time.monotonic() < deadline:
+            stamp += 0.01
+            harness.publish_motion('rover', stamp, 0.0)
+            peer.send(pwm=frame_pwm)
+            if peer.receive(0.2) is not None:
+                peer.frame_count += 1
+    finally:
+        peer.close()
+    assert received and list(received[-1].data) == [2.0, 2.0]
+    assert pwm and list(pwm[-1].data)[:3] == [1000, 1000, 2000]
+
+
+def test_node_reports_diagnostics(harness):
+    node = harness.bridge('uav3', port=free_udp_port())
+    reports = []
+    harness.sim.create_subscription(DiagnosticArray, '/diagnostics', reports.append, RELIABLE)
+    deadline = time.monotonic() + 5.0
+    while not reports and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reports
+    names = {status.name: status for status in reports[-1].status}
+    link = names['uav3/json_sitl_bridge: SITL link']
+    assert 'waiting for SITL' in link.message
+    assert names['uav3/json_sitl_bridge: input imu'].level == b'\x02'
+    assert node.link.stats.received == 0
+
+
+def test_two_vehicles_do_not_interfere(harness):
+    ports = [free_udp_port(), free_udp_port()]
+    for index, port in enumerate(ports):
+        harness.bridge(f'uav{index}', port=port, instance=index)
+    peers = [SitlPeer(port) for port in ports]
+    try:
+        results = [serve(harness, peer, f'uav{i}', x=10.0 * (i + 1), steps=10)
+                   for i, peer in enumerate(peers)]
+    finally:
+        for peer in peers:
+            peer.close()
+    assert results[0][-1]['position'][1] == pytest.approx(10.0, abs=0.05)
+    assert results[1][-1]['position'][1] == pytest.approx(20.0, abs=0.05)

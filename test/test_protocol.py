@@ -1,0 +1,139 @@
+"""Servo packet decoding and reply encoding, against the rules of shared/spec/json-sitl.md."""
+
+import json
+import math
+import struct
+
+import pytest
+
+from ardupilot_json_bridge.protocol import (
+    decode_servo_packet, encode_reply, encode_servo_packet, ReplyError, SensorReply,
+    SERVO_MAGIC_16, SERVO_MAGIC_32, ServoPacketError)
+from sitl_peer import parse_reply
+
+FULL_REPLY = SensorReply(
+    timestamp=12.345, gyro=(0.1, -0.2, 0.3), accel_body=(0.5, -0.25, -9.80665),
+    position=(10.0, -20.0, -5.5), velocity=(1.5, -2.5, 0.125),
+    quaternion=(0.9238795325112867, 0.0, 0.0, 0.3826834323650898),
+    rangefinders=(1.25, None, 3.5, 4.0, 5.0, 6.5), velocity_wind=(3.0, -1.0, 0.0),
+    windvane=(0.75, 4.5), airspeed=17.25, battery=(12.6, 3.2),
+    rc=tuple(1000.0 + 50 * i for i in range(12)), no_time_sync=True)
+
+
+@pytest.mark.parametrize('channels,magic', [(16, SERVO_MAGIC_16), (32, SERVO_MAGIC_32)])
+def test_decodes_servo_packets(channels, magic):
+    pwm = [1000 + i for i in range(channels)]
+    packet = decode_servo_packet(encode_servo_packet(4242, pwm, frame_rate=1200))
+    assert packet.frame_count == 4242
+    assert packet.frame_rate == 1200
+    assert packet.pwm == tuple(pwm)
+    assert packet.channel_count == channels
+    assert encode_servo_packet(1, pwm)[:2] == struct.pack('<H', magic)
+
+
+def test_pwm_zero_is_kept_as_no_output():
+    pwm = [0] * 16
+    pwm[2] = 1500
+    assert decode_servo_packet(encode_servo_packet(0, pwm)).pwm[:4] == (0, 0, 1500, 0)
+
+
+@pytest.mark.parametrize('data,cause', [
+    (encode_servo_packet(1, [1500] * 16)[:39], 'truncated'),
+    (encode_servo_packet(1, [1500] * 16) + b'\0' * 32, 'instead of 40'),
+    (struct.pack('<HHI16H', SERVO_MAGIC_32, 1200, 1, *[1500] * 16), 'SERVO_32_ENABLE'),
+    (struct.pack('<If16H', 7, 1.0, *[1500] * 16), 'unreleased 2020'),
+    (b'\n{"timestamp":1.0}\n', 'JSON text'),
+    (b'', 'not an ArduPilot servo packet'),
+    (b'\x01', 'not an ArduPilot servo packet'),
+    (b'hello world, this is not a servo packet', 'unknown magic'),
+])
+def test_rejects_what_is_not_a_servo_packet_and_says_why(data, cause):
+    with pytest.raises(ServoPacketError) as error:
+        decode_servo_packet(data)
+    assert cause in str(error.value)
+    assert error.value.size == len(data)
+    assert str(len(data)) in str(error.value)
+
+
+def test_reply_is_framed_compact_one_line_json():
+    data, dropped = encode_reply(FULL_REPLY)
+    text = data.decode('ascii')
+    assert dropped == ()
+    assert text.startswith('\n{') and text.endswith('}\n')
+    assert text.count('\n') == 2
+    assert ': ' not in text and ', ' not in text and ' ' not in text
+    document = json.loads(text)
+    assert document['imu']['accel_body'] == [0.5, -0.25, -9.80665]
+    assert document['no_time_sync'] == 1
+    assert 'true' not in text and 'false' not in text
+
+
+def test_reply_key_order_is_substring_safe():
+    text = encode_reply(FULL_REPLY)[0].decode()
+    assert text.index('"velocity"') < text.index('"velocity_wind"')
+    assert text.index('"rc_9"') < text.index('"rc_10"')
+    assert text.index('"windvane"') < text.index('"airspeed"')
+    keys = ['timestamp', 'imu', 'gyro', 'accel_body', 'position', 'quaternion', 'velocity',
+            'rng_1', 'rng_3', 'rng_4', 'rng_5', 'rng_6', 'velocity_wind', 'windvane',
+            'direction', 'speed', 'airspeed', 'battery', 'voltage', 'current', 'rc',
+            'no_time_sync'] + [f'rc_{i}' for i in range(1, 13)]
+    found = set()
+    json.loads(text, object_pairs_hook=lambda pairs: found.update(k for k, _ in pairs))
+    assert found == set(keys)
+
+
+@pytest.mark.parametrize('dialect', ['4.6', '4.7'])
+def test_every_key_reads_back_as_sent(dialect):
+    parsed = parse_reply(encode_reply(FULL_REPLY)[0], dialect)
+    reply = FULL_REPLY
+    assert parsed['timestamp'] == reply.timestamp
+    assert parsed['imu.gyro'] == pytest.approx(reply.gyro)
+    assert parsed['imu.accel_body'] == pytest.approx(reply.accel_body)
+    assert parsed['position'] == pytest.approx(reply.position)
+    assert parsed['velocity'] == pytest.approx(reply.velocity)
+    assert parsed['quaternion'] == pytest.approx(reply.quaternion)
+    for index, distance in enumerate(reply.rangefinders, start=1):
+        if distance is None:
+            assert f'rng_{index}' not in parsed
+        else:
+            assert parsed[f'rng_{index}'] == distance
+    assert parsed['velocity_wind'] == pytest.approx(reply.velocity_wind)
+    assert (parsed['windvane.direction'], parsed['windvane.speed']) == reply.windvane
+    assert parsed['airspeed'] == reply.airspeed
+    assert (parsed['battery.voltage'], parsed['battery.current']) == reply.battery
+    assert [parsed[f'rc.rc_{i}'] for i in range(1, 13)] == list(reply.rc)
+    assert parsed['no_time_sync'] is True
+
+
+def test_minimal_reply_has_only_mandatory_keys():
+    reply = SensorReply(0.0, (0, 0, 0), (0, 0, -9.80665), (0, 0, 0), (0, 0, 0), (1, 0, 0, 0))
+    parsed = parse_reply(encode_reply(reply)[0])
+    assert set(parsed) == {'timestamp', 'imu.gyro', 'imu.accel_body', 'position', 'velocity',
+                           'quaternion'}
+
+
+@pytest.mark.parametrize('field,value', [
+    ('gyro', (math.nan, 0.0, 0.0)), ('accel_body', (0.0, math.inf, 0.0)),
+    ('position', (0.0, 0.0, -math.inf)), ('velocity', (1e39, 0.0, 0.0)),
+    ('quaternion', (math.nan, 0.0, 0.0, 0.0)), ('timestamp', math.nan),
+    ('timestamp', -1.0),
+])
+def test_non_finite_mandatory_value_means_no_reply(field, value):
+    reply = SensorReply(**{**FULL_REPLY.__dict__, field: value})
+    with pytest.raises(ReplyError, match=field):
+        encode_reply(reply)
+
+
+def test_non_finite_optional_values_are_left_out():
+    reply = SensorReply(**{**FULL_REPLY.__dict__, 'rangefinders': (math.inf, 2.0),
+                           'velocity_wind': (math.nan, 0.0, 0.0), 'airspeed': math.inf,
+                           'battery': (math.nan, 1.0), 'windvane': (0.0, 1e40),
+                           'rc': (1500.0, math.nan)})
+    data, dropped = encode_reply(reply)
+    assert set(dropped) == {'rng_1', 'velocity_wind', 'airspeed', 'battery', 'windvane', 'rc_2'}
+    parsed = parse_reply(data)
+    assert parsed['rng_2'] == 2.0 and 'rng_1' not in parsed
+    assert parsed['rc.rc_1'] == 1500.0 and 'rc.rc_2' not in parsed
+    for key in ('velocity_wind', 'airspeed', 'battery.voltage', 'windvane.speed'):
+        assert key not in parsed
+    assert 'nan' not in data.decode().lower() and 'inf' not in data.decode().lower()

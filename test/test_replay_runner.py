@@ -1,0 +1,141 @@
+"""The standalone runner end to end: a bag on disk, the CLI in a subprocess, the SITL peer."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ardupilot_json_bridge.frames import quaternion_to_euler
+from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
+from conftest import free_udp_port
+from sitl_peer import parse_reply, SitlPeer
+
+MOTION = SteadyMotion(position=(10.0, 20.0, 5.0), velocity=(1.0, 2.0, 0.5), yaw=0.3,
+                      yaw_rate=0.1)
+START = 100.0
+
+
+def runner(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'replay',
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def first_reply(peer: SitlPeer, process: subprocess.Popen, attempts: int = 100) -> dict:
+    """Send frame 0 until the runner is up and answers, as SITL resends."""
+    for _ in range(attempts):
+        peer.send(frame_count=0)
+        datagram = peer.receive(0.1)
+        if datagram is not None:
+            peer.frame_count = 1
+            return parse_reply(datagram)
+        assert process.poll() is None, process.communicate()
+    raise AssertionError('the runner never answered')
+
+
+def expected(timestamp: float) -> dict:
+    east, north, up = (MOTION.position[i] + MOTION.velocity[i] * timestamp for i in range(3))
+    return {'position': (north, east, -up),
+            'velocity': (MOTION.velocity[1], MOTION.velocity[0], -MOTION.velocity[2]),
+            'yaw': math.pi / 2 - (MOTION.yaw + MOTION.yaw_rate * timestamp)}
+
+
+@pytest.mark.parametrize('storage,distribution', [('sqlite3', 'humble'), ('mcap', 'jazzy')])
+def test_runner_serves_a_bag_in_ned_frd(tmp_path, storage, distribution):
+    bag = str(tmp_path / 'moving')
+    write_motion_bag(bag, MOTION, duration=1.0, imu_rate=400.0, odometry_rate=50.0,
+                     namespace='uav1', start=START, storage=storage,
+                     distribution=distribution)
+    port = free_udp_port()
+    process = runner(bag, '--namespace', 'uav1', '--rate', '0', '--port', str(port))
+    peer = SitlPeer(port)
+    try:
+        replies = [first_reply(peer, process)]
+        while True:
+            try:
+                replies.append(peer.step(timeout=1.0))
+            except TimeoutError:
+                break
+    finally:
+        peer.close()
+        output, errors = process.communicate(timeout=20)
+    assert process.returncode == 0, errors
+    assert len(replies) == 400
+    assert [r['timestamp'] for r in replies[:3]] == pytest.approx([0.0, 0.0025, 0.005])
+    for reply in replies:
+        want = expected(reply['timestamp'])
+        assert reply['position'] == pytest.approx(want['position'], abs=1e-5)
+        assert reply['velocity'] == pytest.approx(want['velocity'], abs=1e-5)
+        assert reply['imu.gyro'] == pytest.approx((0.0, 0.0, -MOTION.yaw_rate), abs=1e-6)
+        assert reply['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665), abs=1e-6)
+        roll, pitch, yaw = quaternion_to_euler(reply['quaternion'])
+        assert (roll, pitch) == pytest.approx((0.0, 0.0), abs=1e-6)
+        assert math.remainder(yaw - want['yaw'], math.tau) == pytest.approx(0.0, abs=1e-5)
+    assert 'replied 400' in output
+    assert 'SITL connected' in errors
+
+
+def test_runner_without_a_bag_serves_the_sample_until_stopped():
+    port = free_udp_port()
+    process = runner('--port', str(port), '--rate', '0')
+    peer = SitlPeer(port)
+    try:
+        reply = first_reply(peer, process)
+        for _ in range(50):
+            reply = peer.step()
+        assert reply['position'] == pytest.approx((0.0, 0.0, 0.0))
+        assert reply['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
+        assert quaternion_to_euler(reply['quaternion'])[2] == pytest.approx(0.0, abs=1e-9)
+        time.sleep(0.1)
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        output, errors = process.communicate(timeout=10)
+    finally:
+        peer.close()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    assert 'replied 51' in output
+
+
+def test_runner_explains_a_bag_without_the_topics(tmp_path):
+    bag = str(tmp_path / 'other')
+    write_motion_bag(bag, MOTION, duration=0.1, namespace='uav7')
+    process = runner(bag, '--port', str(free_udp_port()))
+    _, errors = process.communicate(timeout=20)
+    assert process.returncode == 2
+    assert 'has no /odom (nav_msgs/msg/Odometry)' in errors
+    assert '/uav7/odom' in errors and '--namespace' in errors
+
+
+def test_runner_explains_a_port_in_use():
+    port = free_udp_port()
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(('127.0.0.1', port))
+        process = runner('--port', str(port))
+        _, errors = process.communicate(timeout=20)
+    assert process.returncode == 1
+    assert f'UDP port {port}' in errors and 'already in use' in errors
+
+
+def test_runner_reads_the_node_presets(tmp_path):
+    bag = str(tmp_path / 'quad')
+    write_motion_bag(bag, MOTION, duration=0.2, start=START)
+    preset = os.path.join(os.path.dirname(__file__), '..', 'config', 'quad_x.yaml')
+    port = free_udp_port()
+    process = runner(bag, '--config', preset, '--rate', '0', '--port', str(port))
+    peer = SitlPeer(port)
+    try:
+        first_reply(peer, process)
+        for _ in range(10):
+            peer.step(pwm=[1500] * 4 + [0] * 12)
+        process.send_signal(signal.SIGINT)
+    finally:
+        peer.close()
+        output, errors = process.communicate(timeout=20)
+    assert process.returncode == 0, errors
+    assert 'replied 11' in output

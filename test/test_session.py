@@ -1,0 +1,48 @@
+"""frame_count semantics and the session clock."""
+
+import pytest
+
+from ardupilot_json_bridge.session import FrameKind, SitlSession
+
+
+def answered(session, frame, stamp, sequence=1):
+    timestamp = session.timestamp_for(stamp)
+    session.record_reply(frame, b'reply', sequence, stamp, timestamp)
+    return timestamp
+
+
+def test_classification():
+    session = SitlSession()
+    assert session.classify(0).kind is FrameKind.FIRST
+    assert session.classify(0).kind is FrameKind.RETRY
+    answered(session, 0, 50.0)
+    assert session.classify(0).kind is FrameKind.DUPLICATE
+    verdict = session.classify(1)
+    assert (verdict.kind, verdict.lost) == (FrameKind.NEW, 0)
+    verdict = session.classify(5)
+    assert (verdict.kind, verdict.lost) == (FrameKind.NEW, 3)
+    assert session.classify(2).kind is FrameKind.RESTART
+
+
+def test_time_starts_at_zero_per_session():
+    session = SitlSession()
+    assert answered(session, 0, 1.7e9) == 0.0
+    assert answered(session, 1, 1.7e9 + 0.001) == pytest.approx(0.001, abs=1e-6)
+    session.reset()
+    assert answered(session, 0, 1.7e9 + 5.0) == 0.0
+
+
+def test_same_stamp_is_not_newer():
+    session = SitlSession()
+    answered(session, 0, 3.0)
+    assert session.timestamp_for(3.0) is None
+
+
+def test_time_going_back_keeps_sitl_clock_running():
+    session = SitlSession()
+    answered(session, 0, 10.0)
+    answered(session, 1, 10.01)
+    timestamp = session.timestamp_for(2.0)
+    assert timestamp == pytest.approx(0.02)
+    session.record_reply(2, b'', 3, 2.0, timestamp)
+    assert session.timestamp_for(2.01) == pytest.approx(0.03)

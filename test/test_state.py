@@ -1,0 +1,167 @@
+"""State assembly: one instant per reply, extrapolation, staleness and optional inputs."""
+
+import math
+import threading
+
+import pytest
+
+from ardupilot_json_bridge.frames import quaternion_to_euler
+from ardupilot_json_bridge.samples import ImuSample, OdometrySample, Stamped
+from ardupilot_json_bridge.state import (
+    build_reply, imu_from_odometry, Instant, SensorState, StateSettings, Unavailable, windvane)
+
+LEVEL = (1.0, 0.0, 0.0, 0.0)
+REST_ACCEL = (0.0, 0.0, -9.80665)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def odometry(stamp, position=(0.0, 0.0, 0.0), velocity=(0.0, 0.0, 0.0), quaternion=LEVEL,
+             gyro=(0.0, 0.0, 0.0)):
+    return OdometrySample(stamp, position, velocity, quaternion, gyro)
+
+
+def imu(stamp, gyro=(0.0, 0.0, 0.0), accel=REST_ACCEL):
+    return ImuSample(stamp, gyro, accel)
+
+
+def test_no_data_is_unavailable_naming_the_input():
+    state = SensorState(StateSettings())
+    result = state.wait_for_instant(0, 0.0)
+    assert isinstance(result, Unavailable) and result.input == 'imu'
+    state.push_imu(imu(1.0))
+    result = state.wait_for_instant(0, 0.0)
+    assert isinstance(result, Unavailable) and result.input == 'odometry'
+    assert 'no message' in str(result)
+
+
+def test_reply_describes_the_imu_instant():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(10.0, position=(1.0, 2.0, -3.0), velocity=(2.0, -1.0, 0.5)))
+    state.push_imu(imu(10.02, gyro=(0.0, 0.0, 0.5)))
+    instant = state.wait_for_instant(0, 0.0)
+    assert isinstance(instant, Instant) and instant.stamp == 10.02
+    reply = build_reply(instant, 0.25)
+    assert reply.timestamp == 0.25
+    assert reply.position == pytest.approx((1.04, 1.98, -2.99))
+    assert reply.velocity == (2.0, -1.0, 0.5)
+    assert quaternion_to_euler(reply.quaternion)[2] == pytest.approx(0.5 * 0.02)
+    assert reply.accel_body == REST_ACCEL and reply.gyro == (0.0, 0.0, 0.5)
+
+
+def test_stale_odometry_is_unavailable_with_its_lag():
+    state = SensorState(StateSettings(max_odometry_lag=0.1))
+    state.push_odometry(odometry(10.0))
+    state.push_imu(imu(10.3))
+    result = state.wait_for_instant(0, 0.0)
+    assert isinstance(result, Unavailable) and result.input == 'odometry'
+    assert '+0.300 s' in result.reason
+
+
+def test_replies_advance_one_sample_at_a_time():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(1.0))
+    for i in range(5):
+        state.push_imu(imu(1.0 + i * 0.001))
+    stamps, after = [], 0
+    for _ in range(5):
+        instant = state.wait_for_instant(after, 0.0)
+        stamps.append(instant.stamp)
+        after = instant.sequence
+    assert stamps == pytest.approx([1.0, 1.001, 1.002, 1.003, 1.004])
+    assert isinstance(state.wait_for_instant(after, 0.0), Unavailable)
+
+
+def test_backlog_beyond_limit_skips_to_newest():
+    state = SensorState(StateSettings(max_backlog=0.05))
+    state.push_odometry(odometry(1.0))
+    for i in range(100):
+        state.push_imu(imu(1.0 + i * 0.001))
+    instant = state.wait_for_instant(0, 0.0)
+    assert instant.stamp == pytest.approx(1.099)
+    assert instant.skipped == 99
+
+
+def test_wait_wakes_on_a_new_sample():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(1.0))
+    timer = threading.Timer(0.05, lambda: state.push_imu(imu(1.0)))
+    timer.start()
+    result = state.wait_for_instant(0, 5.0)
+    timer.join()
+    assert isinstance(result, Instant)
+
+
+def test_wait_times_out_and_close_wakes_waiters():
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    state.push_odometry(odometry(1.0))
+    state.push_imu(imu(1.0))
+    clock.now += 2.0
+    result = state.wait_for_instant(1, 0.0)
+    assert isinstance(result, Unavailable) and 'for 2.00 s' in result.reason
+    state.close()
+    assert isinstance(state.wait_for_instant(1, 60.0), Unavailable)
+    assert state.wait_until_served(60.0)
+
+
+def test_optional_inputs_fresh_and_stale():
+    state = SensorState(StateSettings(max_optional_age=0.5, rangefinder_count=2))
+    state.push_odometry(odometry(10.0))
+    state.push_range(0, Stamped(9.9, 4.0))
+    state.push_range(1, Stamped(9.0, 5.0))
+    state.push_airspeed(Stamped(10.0, 12.0))
+    state.push_battery(Stamped(10.0, (12.5, 3.0)))
+    state.push_rc(Stamped(10.0, (1500.0, 1600.0)))
+    state.push_wind(Stamped(10.0, (0.0, 5.0, 0.0)))
+    state.push_imu(imu(10.0))
+    reply = build_reply(state.wait_for_instant(0, 0.0), 0.0)
+    assert reply.rangefinders == (4.0, None)
+    assert reply.airspeed == 12.0 and reply.battery == (12.5, 3.0)
+    assert reply.rc == (1500.0, 1600.0)
+    assert reply.velocity_wind == (0.0, 5.0, 0.0)
+    # Air moving east past a north-facing vehicle at rest comes from its left: -90 deg.
+    assert reply.windvane == pytest.approx((-math.pi / 2, 5.0))
+    with pytest.raises(IndexError):
+        state.push_range(2, Stamped(10.0, 1.0))
+
+
+def test_windvane_head_wind():
+    direction, speed = windvane((0.0, 0.0, 0.0), (10.0, 0.0, 0.0), LEVEL)
+    assert (direction, speed) == pytest.approx((0.0, 10.0))
+
+
+def test_odometry_only_derives_specific_force_and_gyro():
+    state = SensorState(StateSettings(odometry_only=True))
+    state.push_imu(imu(5.0, gyro=(9.0, 9.0, 9.0)))
+    state.push_odometry(odometry(1.0, velocity=(0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.2)))
+    state.push_odometry(odometry(1.02, velocity=(0.2, 0.0, 0.0), gyro=(0.0, 0.0, 0.2)))
+    instant = state.wait_for_instant(1, 0.0)
+    assert instant.stamp == 1.02
+    assert instant.imu.gyro == (0.0, 0.0, 0.2)
+    assert instant.imu.accel == pytest.approx((10.0, 0.0, -9.80665))
+
+
+def test_odometry_only_level_at_rest():
+    sample = imu_from_odometry(None, odometry(0.0), None)
+    assert sample.accel == pytest.approx(REST_ACCEL)
+
+
+def test_meters_count_and_rate():
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    for i in range(11):
+        state.push_imu(imu(i * 0.01))
+        clock.now += 0.01
+    meter = state.meters['imu']
+    assert meter.count == 11
+    assert meter.rate() == pytest.approx(100.0)
+    assert meter.age(clock.now) == pytest.approx(0.01)
+    state.count_rejected('odometry')
+    assert state.meters['odometry'].rejected == 1
