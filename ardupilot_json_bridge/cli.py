@@ -66,6 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
                         help='playback speed; 0 plays as fast as SITL asks (default 1)')
     replay.add_argument('--loop', action='store_true', help='start over at the end')
     _add_link_arguments(replay)
+    fdm = commands.add_parser(
+        'fdmdata', help='serve SITL from an FDMData (Huginn) flight simulator',
+        description="Poll an FDMData simulator's sensors (UDP 10300), serve them to SITL and "
+                    "send SITL's aileron, elevator, rudder and throttle to its controls port "
+                    '(UDP 10301). For ArduPlane.')
+    fdm.add_argument('--host', required=True, help="the simulator's address")
+    fdm.add_argument('--data-port', type=int, default=10300)
+    fdm.add_argument('--controls-port', type=int, default=10301)
+    fdm.add_argument('--rate', type=float, default=100.0,
+                     help='sensor polls per second, the physics rate SITL sees (default 100)')
+    fdm.add_argument('--timeout', type=float, default=0.05,
+                     help='seconds to wait for each sensor reply (default 0.05)')
+    fdm.add_argument('--pitot', action='store_true',
+                     help='airspeed from pitot and static pressure instead of the INS')
+    fdm.add_argument('--velocity', choices=['airdata', 'fixes'], default='airdata',
+                     help='velocity from heading, airspeed and climb rate (default), or from '
+                          'successive GPS fixes')
+    fdm.add_argument('--smoothing', type=float, default=1.0,
+                     help='time constant (s) blending float32 fixes with velocity; 0: raw')
+    fdm.add_argument('--channels', default='1,2,4,3',
+                     help='SERVO channels of aileron, elevator, rudder, throttle (1,2,4,3)')
+    fdm.add_argument('--servo-min', type=float, default=1000.0)
+    fdm.add_argument('--servo-max', type=float, default=2000.0)
+    _add_link_arguments(fdm)
     return parser
 
 
@@ -87,18 +111,46 @@ def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
     log.info(f'replaying {bag} ({len(replay.messages)} messages, {replay.span:.2f} s'
              f'{", looping" if replay.settings.loop else ""}) at rate '
              f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
+    threading.Thread(target=lambda: (replay.finished.wait(), stop.set()), daemon=True).start()
+    return serve(link, replay, stop)
+
+
+def serve(link: SitlLink, source, stop: threading.Event) -> int:
+    """Run link and source until stop is set, then stop both and print the report."""
     link.start()
-    replay.start()
-    finished = threading.Thread(target=lambda: (replay.finished.wait(), stop.set()),
-                                daemon=True)
-    finished.start()
+    source.start()
     stop.wait()
-    if replay.finished.is_set():
-        link.state.close()
-    replay.stop()
+    source.stop()
     link.stop()
-    print(format_report(link.stats, list(state.meters.values()), time.monotonic()))
+    print(format_report(link.stats, list(link.state.meters.values()), time.monotonic()))
     return 0
+
+
+def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
+    from ardupilot_json_bridge.fdmdata_source import (
+        FdmDataSettings, FdmDataSource, parse_channels, servo_channels_description)
+    from ardupilot_json_bridge.state import SensorState
+    try:
+        channels = parse_channels(args.channels)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if args.rate <= 0 or args.timeout <= 0 or args.servo_max <= args.servo_min:
+        raise ConfigError('--rate and --timeout must be positive and --servo-max above '
+                          '--servo-min')
+    config = load_config(args.config, '', {
+        'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
+    settings = FdmDataSettings(
+        host=args.host, data_port=args.data_port, controls_port=args.controls_port,
+        rate=args.rate, timeout=args.timeout, pitot=args.pitot, velocity=args.velocity,
+        smoothing=args.smoothing, channels=channels, servo_min=args.servo_min,
+        servo_max=args.servo_max)
+    state = SensorState(config.state)
+    source = FdmDataSource(settings, state)
+    link = SitlLink(config.link, state, on_frame=source.send_controls)
+    logging.getLogger('ardupilot_json_bridge').info(
+        f'polling FDMData at {args.host}:{args.data_port} at {args.rate:g} Hz; controls to '
+        f'{args.host}:{args.controls_port} ({servo_channels_description(channels)})')
+    return serve(link, source, stop)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -108,6 +160,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stop.set())
     try:
+        if args.command == 'fdmdata':
+            return run_fdmdata(args, stop)
         return run_replay(args, stop)
     except (ConfigError, BagError) as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))

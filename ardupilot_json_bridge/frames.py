@@ -82,6 +82,15 @@ def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
     ])
 
 
+def euler_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """w-first quaternion of roll, pitch, yaw in radians (ArduPilot's Euler convention)."""
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    return canonical(np.array([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
+                               cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy]))
+
+
 def quaternion_to_euler(q: Sequence[float]) -> Tuple[float, float, float]:
     """Roll, pitch, yaw in radians of a w-first quaternion (ArduPilot's Euler convention)."""
     w, x, y, z = q
