@@ -9,6 +9,7 @@ import array
 from dataclasses import replace
 import importlib
 import logging
+import signal
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -257,6 +258,9 @@ def main(args: Optional[List[str]] = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        # A terminal's Ctrl-C reaches the node twice under ros2 launch (the process group's
+        # and launch's own); the second must not interrupt the cleanup.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             node.destroy_node()
         if rclpy.ok():

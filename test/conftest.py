@@ -1,6 +1,8 @@
 """Shared fixtures: free UDP ports, running links and SITL peers on loopback."""
 
+import contextlib
 import socket
+import subprocess
 from typing import Iterator, List
 
 import pytest
@@ -50,3 +52,14 @@ def make_peer() -> Iterator:
     yield make
     for peer in peers:
         peer.close()
+
+
+@contextlib.contextmanager
+def reaped(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """Kill the subprocess on the way out if it still runs, even when the test fails."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

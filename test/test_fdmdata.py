@@ -18,7 +18,7 @@ from ardupilot_json_bridge.fdmdata_source import (
 from ardupilot_json_bridge.frames import quaternion_to_euler
 from ardupilot_json_bridge.protocol import ServoPacket
 from ardupilot_json_bridge.state import SensorState, StateSettings
-from conftest import free_udp_port
+from conftest import free_udp_port, reaped
 from fdmdata_server import FdmDataServer, ScriptedFlight
 from sitl_peer import parse_reply, SitlPeer
 
@@ -208,16 +208,16 @@ def lock_step(peer, count, pwm, timeout=5.0):
 def test_the_loop_end_to_end(flight, caplog):
     simulator = FdmDataServer(flight)
     port = free_udp_port()
-    process = run_command(simulator, port)
     peer = SitlPeer(port)
     pwm = [1000, 2000, 1750, 1250] + [0] * 12
-    try:
-        replies = lock_step(peer, 150, pwm)
-    finally:
-        peer.close()
-        process.terminate()
-        output, errors = process.communicate(timeout=10)
-        simulator.close()
+    with reaped(run_command(simulator, port)) as process:
+        try:
+            replies = lock_step(peer, 150, pwm)
+        finally:
+            peer.close()
+            process.terminate()
+            output, errors = process.communicate(timeout=10)
+            simulator.close()
     assert len(replies) == 150, errors
     timestamps = [r['timestamp'] for r in replies]
     assert timestamps[0] == 0.0 and all(b > a for a, b in zip(timestamps, timestamps[1:]))
@@ -245,14 +245,14 @@ def test_silent_simulator_means_no_reply_and_a_clear_log():
     simulator = FdmDataServer(CLIMB)
     simulator.mode = 'silent'
     port = free_udp_port()
-    process = run_command(simulator, port)
     peer = SitlPeer(port)
-    try:
-        assert lock_step(peer, 1, [1500] * 16, timeout=1.5) == []
-    finally:
-        peer.close()
-        process.terminate()
-        _, errors = process.communicate(timeout=10)
-        simulator.close()
+    with reaped(run_command(simulator, port)) as process:
+        try:
+            assert lock_step(peer, 1, [1500] * 16, timeout=1.5) == []
+        finally:
+            peer.close()
+            process.terminate()
+            _, errors = process.communicate(timeout=10)
+            simulator.close()
     assert 'no answer within 50 ms (simulator silent?)' in errors
     assert 'no reply to SITL frame 0' in errors

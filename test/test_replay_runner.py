@@ -1,5 +1,6 @@
 """The standalone runner end to end: a bag on disk, the CLI in a subprocess, the SITL peer."""
 
+import contextlib
 import math
 import os
 import signal
@@ -11,7 +12,7 @@ import pytest
 
 from ardupilot_json_bridge.frames import quaternion_to_euler
 from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
-from conftest import free_udp_port
+from conftest import free_udp_port, reaped
 from sitl_peer import parse_reply, SitlPeer
 
 MOTION = SteadyMotion(position=(10.0, 20.0, 5.0), velocity=(1.0, 2.0, 0.5), yaw=0.3,
@@ -22,6 +23,13 @@ START = 100.0
 def runner(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'replay',
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def run():
+    """Start the runner with arguments; every runner is reaped after the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda *args: stack.enter_context(reaped(runner(*args)))
 
 
 def first_reply(peer: SitlPeer, process: subprocess.Popen, attempts: int = 100) -> dict:
@@ -44,13 +52,13 @@ def expected(timestamp: float) -> dict:
 
 
 @pytest.mark.parametrize('storage,distribution', [('sqlite3', 'humble'), ('mcap', 'jazzy')])
-def test_runner_serves_a_bag_in_ned_frd(tmp_path, storage, distribution):
+def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
     bag = str(tmp_path / 'moving')
     write_motion_bag(bag, MOTION, duration=1.0, imu_rate=400.0, odometry_rate=50.0,
                      namespace='uav1', start=START, storage=storage,
                      distribution=distribution)
     port = free_udp_port()
-    process = runner(bag, '--namespace', 'uav1', '--rate', '0', '--port', str(port))
+    process = run(bag, '--namespace', 'uav1', '--rate', '0', '--port', str(port))
     peer = SitlPeer(port)
     try:
         replies = [first_reply(peer, process)]
@@ -78,9 +86,9 @@ def test_runner_serves_a_bag_in_ned_frd(tmp_path, storage, distribution):
     assert 'SITL connected' in errors
 
 
-def test_runner_without_a_bag_serves_the_sample_until_stopped():
+def test_runner_without_a_bag_serves_the_sample_until_stopped(run):
     port = free_udp_port()
-    process = runner('--port', str(port), '--rate', '0')
+    process = run('--port', str(port), '--rate', '0')
     peer = SitlPeer(port)
     try:
         reply = first_reply(peer, process)
@@ -95,39 +103,37 @@ def test_runner_without_a_bag_serves_the_sample_until_stopped():
         output, errors = process.communicate(timeout=10)
     finally:
         peer.close()
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 0
     assert 'replied 51' in output
 
 
-def test_runner_explains_a_bag_without_the_topics(tmp_path):
+def test_runner_explains_a_bag_without_the_topics(run, tmp_path):
     bag = str(tmp_path / 'other')
     write_motion_bag(bag, MOTION, duration=0.1, namespace='uav7')
-    process = runner(bag, '--port', str(free_udp_port()))
+    process = run(bag, '--port', str(free_udp_port()))
     _, errors = process.communicate(timeout=20)
     assert process.returncode == 2
     assert 'has no /odom (nav_msgs/msg/Odometry)' in errors
     assert '/uav7/odom' in errors and '--namespace' in errors
 
 
-def test_runner_explains_a_port_in_use():
+def test_runner_explains_a_port_in_use(run):
     port = free_udp_port()
     import socket
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
         holder.bind(('127.0.0.1', port))
-        process = runner('--port', str(port))
+        process = run('--port', str(port))
         _, errors = process.communicate(timeout=20)
     assert process.returncode == 1
     assert f'UDP port {port}' in errors and 'already in use' in errors
 
 
-def test_runner_reads_the_node_presets(tmp_path):
+def test_runner_reads_the_node_presets(run, tmp_path):
     bag = str(tmp_path / 'quad')
     write_motion_bag(bag, MOTION, duration=0.2, start=START)
     preset = os.path.join(os.path.dirname(__file__), '..', 'config', 'quad_x.yaml')
     port = free_udp_port()
-    process = runner(bag, '--config', preset, '--rate', '0', '--port', str(port))
+    process = run(bag, '--config', preset, '--rate', '0', '--port', str(port))
     peer = SitlPeer(port)
     try:
         first_reply(peer, process)
