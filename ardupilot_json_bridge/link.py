@@ -7,7 +7,6 @@ variable), so an idle link costs no CPU and simulated time stopping cannot stall
 from dataclasses import dataclass
 import errno
 import logging
-import select
 import socket
 import threading
 import time
@@ -95,7 +94,6 @@ class SitlLink:
         self._prefix = f'SITL instance {settings.instance}: '
         self._sock = bind_udp(settings.bind_address, settings.listen_port, settings.instance)
         self.address: Address = self._sock.getsockname()[:2]
-        self._wake_reader, self._wake_writer = socket.socketpair()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._peer: Optional[Address] = None
@@ -113,14 +111,22 @@ class SitlLink:
         """Stop serving, close the state (waking its waiters) and release the port."""
         self._stopping.set()
         self.state.close()
-        try:
-            self._wake_writer.send(b'\0')
-        except OSError:
-            pass
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():
+            self._wake()
             self._thread.join(timeout)
-        for sock in (self._sock, self._wake_reader, self._wake_writer):
-            sock.close()
+        self._sock.close()
+
+    def _wake(self) -> None:
+        """Unblock the thread's recvfrom with an empty datagram to the link's own port."""
+        host = self.address[0]
+        if host in ('0.0.0.0', '::'):
+            host = '127.0.0.1' if host == '0.0.0.0' else '::1'
+        family = socket.AF_INET6 if ':' in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as waker:
+            try:
+                waker.sendto(b'', (host, self.address[1]))
+            except OSError as error:
+                self.logger.warning(f'{self._prefix}could not wake the link thread: {error}')
 
     def __enter__(self) -> 'SitlLink':
         self.start()
@@ -134,16 +140,16 @@ class SitlLink:
         return self._peer
 
     def _run(self) -> None:
-        readers = [self._sock, self._wake_reader]
-        while not self._stopping.is_set():
-            readable, _, _ = select.select(readers, [], [])
-            if self._wake_reader in readable or self._stopping.is_set():
-                break
+        while True:
             try:
                 data, sender = self._sock.recvfrom(MAX_DATAGRAM)
             except OSError as error:
+                if self._stopping.is_set():
+                    return
                 self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
                 continue
+            if self._stopping.is_set():
+                return
             try:
                 self.handle_datagram(data, sender[:2])
             except Exception:

@@ -36,9 +36,13 @@ class ReplyError(ValueError):
     """A reply that must not be sent, because a mandatory value is missing or not finite."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ServoPacket:
-    """One SITL physics frame: the servo outputs SITL wants applied for the next step."""
+    """One SITL physics frame: the servo outputs SITL wants applied for the next step.
+
+    Per-frame objects are plain slotted dataclasses: a frozen one costs more to build than
+    the rest of the frame's work, and nothing mutates them.
+    """
 
     frame_rate: int
     frame_count: int
@@ -95,7 +99,7 @@ def encode_servo_packet(frame_count: int, pwm: Sequence[int], frame_rate: int = 
     raise ValueError(f'a servo packet has 16 or 32 channels, not {len(pwm)}')
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SensorReply:
     """Everything one reply tells SITL, in ArduPilot conventions (NED world, FRD body).
 
@@ -130,11 +134,37 @@ def _array(values: Sequence[float]) -> str:
     return '[' + ','.join([repr(float(v)) for v in values]) + ']'
 
 
-def _mandatory(name: str, values: Sequence[float]) -> str:
+# The mandatory keys in one format: a reply is built once per SITL frame, at up to 1200 Hz.
+MANDATORY_FORMAT = (
+    '\n{"timestamp":%r,"imu":{"gyro":[%r,%r,%r],"accel_body":[%r,%r,%r]},'
+    '"position":[%r,%r,%r],"quaternion":[%r,%r,%r,%r],"velocity":[%r,%r,%r]')
+MANDATORY_FIELDS = (('timestamp', 1), ('imu.gyro', 3), ('imu.accel_body', 3), ('position', 3),
+                    ('quaternion', 4), ('velocity', 3))
+
+
+def _mandatory(reply: SensorReply) -> str:
+    values = (reply.timestamp, *reply.gyro, *reply.accel_body, *reply.position,
+              *reply.quaternion, *reply.velocity)
+    try:
+        values = tuple(map(float, values))
+    except (TypeError, ValueError):
+        raise ReplyError(f'mandatory values are not numbers: {values!r}') from None
     for value in values:
-        if not _finite(value):
-            raise ReplyError(f'{name} is not finite: {tuple(values)}')
-    return _array(values)
+        if not -FLOAT32_MAX <= value <= FLOAT32_MAX:
+            raise ReplyError(_not_finite(values))
+    if values[0] < 0.0:
+        raise ReplyError(f'timestamp is not a finite physics time: {values[0]!r}')
+    return MANDATORY_FORMAT % values
+
+
+def _not_finite(values: Tuple[float, ...]) -> str:
+    index = 0
+    for name, count in MANDATORY_FIELDS:
+        field = values[index:index + count]
+        if not all(map(_finite, field)):
+            return f'{name} is not finite: {field}'
+        index += count
+    return 'a mandatory value is not finite'
 
 
 def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
@@ -142,16 +172,7 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
 
     Raises ReplyError when a mandatory value is not finite: such a frame gets no reply.
     """
-    if not _finite(reply.timestamp) or reply.timestamp < 0.0:
-        raise ReplyError(f'timestamp is not a finite physics time: {reply.timestamp!r}')
-    parts = [
-        '{"timestamp":', _number(reply.timestamp),
-        ',"imu":{"gyro":', _mandatory('imu.gyro', reply.gyro),
-        ',"accel_body":', _mandatory('imu.accel_body', reply.accel_body),
-        '},"position":', _mandatory('position', reply.position),
-        ',"quaternion":', _mandatory('quaternion', reply.quaternion),
-        ',"velocity":', _mandatory('velocity', reply.velocity),
-    ]
+    parts = [_mandatory(reply)]
     dropped = []
     for index, distance in enumerate(reply.rangefinders[:MAX_RANGEFINDERS], start=1):
         if distance is None:
@@ -196,5 +217,5 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
         parts.append(',"rc":{' + ','.join(rc_items) + '}')
     if reply.no_time_sync:
         parts.append(',"no_time_sync":1')
-    parts.append('}')
-    return ('\n' + ''.join(parts) + '\n').encode('ascii'), tuple(dropped)
+    parts.append('}\n')
+    return ''.join(parts).encode('ascii'), tuple(dropped)

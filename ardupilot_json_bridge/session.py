@@ -20,7 +20,7 @@ class FrameKind(enum.Enum):
     RESTART = 'restart'        # lower count: SITL started again
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FrameVerdict:
     kind: FrameKind
     lost: int = 0

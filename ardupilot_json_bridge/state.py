@@ -52,7 +52,7 @@ class StateSettings:
     rangefinder_count: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Instant:
     """Consistent samples for one reply, taken under the lock; stamp is the primary's."""
 
@@ -191,6 +191,11 @@ class SensorState:
             return self._condition.wait_for(
                 lambda: self._closed or self._served >= self._sequence, timeout)
 
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+        return self._closed
+
     def close(self) -> None:
         """Wake every waiter for good (shutdown)."""
         with self._condition:
@@ -198,9 +203,14 @@ class SensorState:
             self._condition.notify_all()
 
     def _next_primary(self, after: int) -> Tuple[int, ImuSample, int]:
-        """The primary sample right after sequence after, or the newest if SITL lags."""
+        """The primary sample right after sequence after, or the newest if SITL lags.
+
+        A session's first reply (after 0) starts at the newest sample: nothing was skipped.
+        """
         backlog = self._backlog
         newest_sequence, newest = backlog[-1]
+        if after == 0:
+            return newest_sequence, newest, 0
         oldest_sequence = backlog[0][0]
         index = max(0, after + 1 - oldest_sequence)
         sequence, sample = backlog[index]

@@ -1,5 +1,6 @@
 """Servo packet decoding and reply encoding, against the rules of shared/spec/json-sitl.md."""
 
+from dataclasses import replace
 import json
 import math
 import struct
@@ -119,16 +120,15 @@ def test_minimal_reply_has_only_mandatory_keys():
     ('timestamp', -1.0),
 ])
 def test_non_finite_mandatory_value_means_no_reply(field, value):
-    reply = SensorReply(**{**FULL_REPLY.__dict__, field: value})
+    reply = replace(FULL_REPLY, **{field: value})
     with pytest.raises(ReplyError, match=field):
         encode_reply(reply)
 
 
 def test_non_finite_optional_values_are_left_out():
-    reply = SensorReply(**{**FULL_REPLY.__dict__, 'rangefinders': (math.inf, 2.0),
-                           'velocity_wind': (math.nan, 0.0, 0.0), 'airspeed': math.inf,
-                           'battery': (math.nan, 1.0), 'windvane': (0.0, 1e40),
-                           'rc': (1500.0, math.nan)})
+    reply = replace(FULL_REPLY, rangefinders=(math.inf, 2.0),
+                    velocity_wind=(math.nan, 0.0, 0.0), airspeed=math.inf,
+                    battery=(math.nan, 1.0), windvane=(0.0, 1e40), rc=(1500.0, math.nan))
     data, dropped = encode_reply(reply)
     assert set(dropped) == {'rng_1', 'velocity_wind', 'airspeed', 'battery', 'windvane', 'rc_2'}
     parsed = parse_reply(data)

@@ -64,12 +64,23 @@ def test_stale_odometry_is_unavailable_with_its_lag():
     assert '+0.300 s' in result.reason
 
 
+def test_first_reply_starts_at_the_newest_sample():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(1.0))
+    for i in range(100):
+        state.push_imu(imu(1.0 + i * 0.001))
+    instant = state.wait_for_instant(0, 0.0)
+    assert (instant.stamp, instant.skipped) == (pytest.approx(1.099), 0)
+
+
 def test_replies_advance_one_sample_at_a_time():
     state = SensorState(StateSettings())
     state.push_odometry(odometry(1.0))
+    state.push_imu(imu(0.999))
+    first = state.wait_for_instant(0, 0.0)
     for i in range(5):
         state.push_imu(imu(1.0 + i * 0.001))
-    stamps, after = [], 0
+    stamps, after = [], first.sequence
     for _ in range(5):
         instant = state.wait_for_instant(after, 0.0)
         stamps.append(instant.stamp)
@@ -81,9 +92,11 @@ def test_replies_advance_one_sample_at_a_time():
 def test_backlog_beyond_limit_skips_to_newest():
     state = SensorState(StateSettings(max_backlog=0.05))
     state.push_odometry(odometry(1.0))
+    state.push_imu(imu(0.999))
+    first = state.wait_for_instant(0, 0.0)
     for i in range(100):
         state.push_imu(imu(1.0 + i * 0.001))
-    instant = state.wait_for_instant(0, 0.0)
+    instant = state.wait_for_instant(first.sequence, 0.0)
     assert instant.stamp == pytest.approx(1.099)
     assert instant.skipped == 99
 
