@@ -49,7 +49,7 @@ def canonical(q: np.ndarray) -> np.ndarray:
     """Unit quaternion with w >= 0 (q and -q are the same rotation)."""
     norm = math.hypot(*q)
     if not math.isfinite(norm) or norm < 1e-9:
-        raise ValueError(f'not a rotation: quaternion {tuple(q)} has norm {norm}')
+        raise ValueError(f'not a rotation: quaternion {tuple(map(float, q))} has norm {norm}')
     q = q / norm
     return -q if q[0] < 0.0 else q
 

@@ -29,7 +29,7 @@ def stamp_seconds(header: Any) -> float:
 def _vector(name: str, msg: Any) -> np.ndarray:
     values = np.array([msg.x, msg.y, msg.z], dtype=float)
     if not np.all(np.isfinite(values)):
-        raise InvalidSample(f'{name} is not finite: {tuple(values)}')
+        raise InvalidSample(f'{name} is not finite: {_as_tuple(values)}')
     return values
 
 
@@ -66,7 +66,8 @@ def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometryS
     o = pose.orientation
     orientation = np.array([o.x, o.y, o.z, o.w], dtype=float)
     if not np.all(np.isfinite(orientation)):
-        raise InvalidSample(f'odometry.pose.orientation is not finite: {tuple(orientation)}')
+        raise InvalidSample('odometry.pose.orientation is not finite: '
+                            f'{_as_tuple(orientation)}')
     try:
         quaternion = ros_to_ned_frd(*orientation)
     except ValueError as error:

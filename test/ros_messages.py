@@ -10,6 +10,12 @@ from ardupilot_json_bridge.bagfile import typestore
 STORES = {name: typestore(name) for name in ('humble', 'jazzy')}
 
 
+def float32_array(values: Sequence[float]) -> np.ndarray:
+    """float32[] fields as ROS stores them: huge values become infinities, silently."""
+    with np.errstate(over='ignore'):
+        return np.array(values, dtype=np.float32)
+
+
 def header(store: Any, stamp: float, frame_id: str = 'base_link') -> Any:
     types = store.types
     seconds = math.floor(stamp)
@@ -66,7 +72,7 @@ def laser_scan(store: Any, stamp: float, ranges: Sequence[float], range_min: flo
     return store.types['sensor_msgs/msg/LaserScan'](
         header=header(store, stamp), angle_min=-0.1, angle_max=0.1, angle_increment=0.01,
         time_increment=0.0, scan_time=0.0, range_min=range_min, range_max=range_max,
-        ranges=np.array(ranges, dtype=np.float32), intensities=np.zeros(0, dtype=np.float32))
+        ranges=float32_array(ranges), intensities=np.zeros(0, dtype=np.float32))
 
 
 def wind(store: Any, stamp: float, vector: Sequence[float]) -> Any:
@@ -87,7 +93,7 @@ def battery(store: Any, stamp: float, voltage: float, current: float) -> Any:
 
 def joy(store: Any, stamp: float, axes: Sequence[float], buttons: Sequence[int]) -> Any:
     return store.types['sensor_msgs/msg/Joy'](
-        header=header(store, stamp), axes=np.array(axes, dtype=np.float32),
+        header=header(store, stamp), axes=float32_array(axes),
         buttons=np.array(buttons, dtype=np.int32))
 
 

@@ -82,7 +82,9 @@ def test_orientation_maps_body_vectors_like_scipy(roll, pitch, yaw, vx, vy, vz):
 @given(angle, st.floats(-1.5, 1.5), angle)
 def test_euler_matches_transforms3d(roll, pitch, yaw):
     q = transforms3d.euler.euler2quat(roll, pitch, yaw, 'sxyz')
-    assert quaternion_to_euler(q) == pytest.approx((roll, pitch, yaw), abs=1e-7)
+    differences = [math.remainder(got - want, math.tau)
+                   for got, want in zip(quaternion_to_euler(q), (roll, pitch, yaw))]
+    assert differences == pytest.approx([0.0, 0.0, 0.0], abs=1e-7)
     assert rpy_to_matrix(roll, pitch, yaw) == pytest.approx(
         transforms3d.euler.euler2mat(roll, pitch, yaw, 'sxyz'), abs=1e-12)
 
