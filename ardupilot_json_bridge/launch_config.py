@@ -64,6 +64,14 @@ def bridge_parameters(instance: int, use_sim_time: bool,
     return parameters
 
 
+def bridge_node_arguments(vehicle: VehicleLaunch, use_sim_time: bool,
+                          params_file: str) -> Dict[str, Any]:
+    """Keyword arguments of launch_ros.actions.Node for one vehicle's bridge."""
+    return {'package': 'ardupilot_json_bridge', 'executable': 'bridge',
+            'name': 'json_sitl_bridge', 'namespace': vehicle.namespace, 'output': 'screen',
+            'parameters': bridge_parameters(vehicle.instance, use_sim_time, params_file)}
+
+
 def single_vehicle(namespace: str, instance: str) -> VehicleLaunch:
     """bridge.launch.py's vehicle from its namespace and instance arguments."""
     return VehicleLaunch(parse_namespace('namespace', namespace),

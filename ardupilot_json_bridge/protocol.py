@@ -181,30 +181,22 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
             parts.append(f',"rng_{index}":{_number(distance)}')
         else:
             dropped.append(f'rng_{index}')
-    if reply.velocity_wind is not None:
-        if all(map(_finite, reply.velocity_wind)):
-            parts.append(',"velocity_wind":' + _array(reply.velocity_wind))
+    optional = (('velocity_wind', reply.velocity_wind, None),
+                ('windvane', reply.windvane, ('direction', 'speed')),
+                ('airspeed', reply.airspeed, None),
+                ('battery', reply.battery, ('voltage', 'current')))
+    for key, value, names in optional:
+        if value is None:
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        if not all(map(_finite, values)):
+            dropped.append(key)
+        elif names:
+            parts.append(f',"{key}":{{' + ','.join(
+                f'"{name}":{_number(v)}' for name, v in zip(names, values)) + '}')
         else:
-            dropped.append('velocity_wind')
-    if reply.windvane is not None:
-        if all(map(_finite, reply.windvane)):
-            direction, speed = reply.windvane
-            parts.append(f',"windvane":{{"direction":{_number(direction)},'
-                         f'"speed":{_number(speed)}}}')
-        else:
-            dropped.append('windvane')
-    if reply.airspeed is not None:
-        if _finite(reply.airspeed):
-            parts.append(',"airspeed":' + _number(reply.airspeed))
-        else:
-            dropped.append('airspeed')
-    if reply.battery is not None:
-        if all(map(_finite, reply.battery)):
-            voltage, current = reply.battery
-            parts.append(f',"battery":{{"voltage":{_number(voltage)},'
-                         f'"current":{_number(current)}}}')
-        else:
-            dropped.append('battery')
+            parts.append(f',"{key}":' + (_array(values) if isinstance(value, tuple)
+                                         else _number(value)))
     rc_items = []
     for index, pwm in enumerate(reply.rc[:MAX_RC_CHANNELS], start=1):
         if pwm is None:

@@ -6,7 +6,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from ardupilot_json_bridge.launch_config import (
-    bridge_parameters, parse_bool, single_vehicle)
+    bridge_node_arguments, parse_bool, single_vehicle)
 
 
 def _bridge(context, *args, **kwargs):
@@ -15,9 +15,7 @@ def _bridge(context, *args, **kwargs):
     use_sim_time = parse_bool('use_sim_time',
                               LaunchConfiguration('use_sim_time').perform(context))
     params_file = LaunchConfiguration('params_file').perform(context)
-    return [Node(package='ardupilot_json_bridge', executable='bridge',
-                 name='json_sitl_bridge', namespace=vehicle.namespace, output='screen',
-                 parameters=bridge_parameters(vehicle.instance, use_sim_time, params_file))]
+    return [Node(**bridge_node_arguments(vehicle, use_sim_time, params_file))]
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -9,7 +9,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from ardupilot_json_bridge.launch_config import bridge_parameters, fleet, parse_bool
+from ardupilot_json_bridge.launch_config import bridge_node_arguments, fleet, parse_bool
 
 
 def _fleet(context, *args, **kwargs):
@@ -17,10 +17,7 @@ def _fleet(context, *args, **kwargs):
         return LaunchConfiguration(name).perform(context)
 
     use_sim_time = parse_bool('use_sim_time', argument('use_sim_time'))
-    return [Node(package='ardupilot_json_bridge', executable='bridge',
-                 name='json_sitl_bridge', namespace=vehicle.namespace, output='screen',
-                 parameters=bridge_parameters(vehicle.instance, use_sim_time,
-                                              argument('params_file')))
+    return [Node(**bridge_node_arguments(vehicle, use_sim_time, argument('params_file')))
             for vehicle in fleet(argument('count'), argument('namespace_prefix'),
                                  argument('first_instance'))]
 

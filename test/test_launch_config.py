@@ -6,7 +6,8 @@ import os
 import pytest
 
 from ardupilot_json_bridge.launch_config import (
-    bridge_parameters, fleet, LaunchArgumentError, parse_bool, single_vehicle, VehicleLaunch)
+    bridge_node_arguments, bridge_parameters, fleet, LaunchArgumentError, parse_bool,
+    single_vehicle, VehicleLaunch)
 
 LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
 
@@ -56,6 +57,13 @@ def test_parameters_put_launch_arguments_over_the_file():
     assert bridge_parameters(2, True, '/p.yaml') == ['/p.yaml', {'instance': 2,
                                                                  'use_sim_time': True}]
     assert bridge_parameters(0, False, '') == [{'instance': 0, 'use_sim_time': False}]
+
+
+def test_node_arguments_name_the_package_executable_and_namespace():
+    arguments = bridge_node_arguments(VehicleLaunch('uav3', 3), True, '/p.yaml')
+    assert arguments == {'package': 'ardupilot_json_bridge', 'executable': 'bridge',
+                         'name': 'json_sitl_bridge', 'namespace': 'uav3', 'output': 'screen',
+                         'parameters': ['/p.yaml', {'instance': 3, 'use_sim_time': True}]}
 
 
 @pytest.mark.parametrize('name,arguments', [
