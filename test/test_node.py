@@ -189,3 +189,74 @@ def test_two_vehicles_do_not_interfere(harness):
             peer.close()
     assert results[0][-1]['position'][1] == pytest.approx(10.0, abs=0.05)
     assert results[1][-1]['position'][1] == pytest.approx(20.0, abs=0.05)
+
+
+def test_a_bag_gives_the_same_replies_through_the_node_and_the_runner(harness, tmp_path):
+    import subprocess
+    import sys
+    from rclpy.serialization import deserialize_message
+    from ardupilot_json_bridge.bagfile import read_messages, typestore
+    from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
+    from conftest import reaped
+
+    bag = str(tmp_path / 'recorded')
+    write_motion_bag(bag, SteadyMotion(position=(3.0, 4.0, 10.0), velocity=(2.0, -1.0, 0.5),
+                                       yaw=0.4, yaw_rate=0.2),
+                     duration=0.25, imu_rate=400.0, odometry_rate=50.0, namespace='rec',
+                     start=100.0)
+    runner_port, node_port = free_udp_port(), free_udp_port()
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'replay', bag,
+               '--namespace', 'rec', '--rate', '0', '--port', str(runner_port)]
+    peer = SitlPeer(runner_port)
+    runner_replies = []
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)):
+        for _ in range(100):
+            peer.send(frame_count=0)
+            datagram = peer.receive(0.1)
+            if datagram is not None:
+                runner_replies.append(parse_reply(datagram))
+                peer.frame_count = 1
+                break
+        while True:
+            try:
+                runner_replies.append(peer.step(timeout=1.0))
+            except TimeoutError:
+                break
+    peer.close()
+
+    harness.bridge('rec', port=node_port)
+    store = typestore('humble')
+    publishers = {'/rec/imu': harness.sim.create_publisher(Imu, '/rec/imu', RELIABLE),
+                  '/rec/odom': harness.sim.create_publisher(Odometry, '/rec/odom', RELIABLE)}
+    classes = {'/rec/imu': Imu, '/rec/odom': Odometry}
+    time.sleep(0.5)
+    peer = SitlPeer(node_port)
+    node_replies = []
+    try:
+        for message in read_messages(bag, publishers):
+            ros_message = deserialize_message(
+                bytes(store.serialize_cdr(message.message, message.message.__msgtype__)),
+                classes[message.topic])
+            publishers[message.topic].publish(ros_message)
+            if message.topic == '/rec/imu':
+                node_replies.append(peer.step(timeout=2.0))
+    finally:
+        peer.close()
+    assert len(node_replies) == len(runner_replies) == 100
+    for live, replayed in zip(node_replies, runner_replies):
+        assert live['timestamp'] == pytest.approx(replayed['timestamp'], abs=1e-9)
+        for key in ('position', 'velocity', 'quaternion', 'imu.gyro', 'imu.accel_body'):
+            assert live[key] == pytest.approx(replayed[key], abs=1e-6), key
+
+
+def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, 'actuator_msgs', None)
+    monkeypatch.setitem(sys.modules, 'actuator_msgs.msg', None)
+    node = harness.bridge(
+        'bare', port=free_udp_port(), output_groups=['motors', 'wheels'],
+        **{'outputs.motors.type': 'actuators', 'outputs.motors.channels': [1, 2, 3, 4],
+           'outputs.wheels.type': 'float64_multi_array', 'outputs.wheels.channels': [3]})
+    assert node.classes.actuators is None
+    assert [group.name for group in node.groups] == ['wheels']
+    assert set(node.command_publishers) == {'wheels'}
