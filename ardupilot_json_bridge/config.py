@@ -66,6 +66,9 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('no_time_sync', False, 'Send no_time_sync=1: SITL stops pacing to wall '
                   'time and (4.6.3+) switches AHRS to ground truth; off unless you know why',
                   read_only=True),
+    ParameterSpec('no_lockstep', False, 'Send no_lockstep=1: SITL stops waiting for each '
+                  'reply and runs on its own loop rate when none comes; for engines that '
+                  'cannot answer every frame', read_only=True),
     ParameterSpec('odometry_only', False, 'Derive gyro and specific force from odometry, for '
                   'engines without an IMU', read_only=True),
     ParameterSpec('max_odometry_lag', 0.25, 'Largest physics-time gap between the IMU sample '
@@ -289,7 +292,8 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         port=_integer('port', values['port'], spec['port']),
         fresh_timeout=_number('fresh_timeout', values['fresh_timeout'], spec['fresh_timeout']),
         peer_timeout=_number('peer_timeout', values['peer_timeout'], spec['peer_timeout']),
-        no_time_sync=_flag('no_time_sync', values['no_time_sync']))
+        no_time_sync=_flag('no_time_sync', values['no_time_sync']),
+        no_lockstep=_flag('no_lockstep', values['no_lockstep']))
     if link.listen_port > 65535:
         raise ConfigError(f'instance: {link.instance} puts the port at {link.listen_port}, '
                           'past 65535')

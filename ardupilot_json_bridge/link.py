@@ -43,6 +43,7 @@ class LinkSettings:
     fresh_timeout: float = 0.5
     peer_timeout: float = 2.0
     no_time_sync: bool = False
+    no_lockstep: bool = False
 
     @property
     def listen_port(self) -> int:
@@ -262,8 +263,8 @@ class SitlLink:
                                              f'{state.settings.max_backlog} s behind physics: '
                                              f'skipped {result.skipped} sample(s) to catch up')
         try:
-            data, dropped = encode_reply(build_reply(result, timestamp,
-                                                     self.settings.no_time_sync))
+            data, dropped = encode_reply(build_reply(
+                result, timestamp, self.settings.no_time_sync, self.settings.no_lockstep))
         except ReplyError as error:
             self._unanswered(packet, str(error), 'reply_error')
             return

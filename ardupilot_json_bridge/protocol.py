@@ -120,6 +120,7 @@ class SensorReply:
     battery: Optional[Tuple[float, float]] = None
     rc: Tuple[Optional[float], ...] = ()
     no_time_sync: bool = False
+    no_lockstep: bool = False
 
 
 def _finite(value: float) -> bool:
@@ -209,5 +210,7 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
         parts.append(',"rc":{' + ','.join(rc_items) + '}')
     if reply.no_time_sync:
         parts.append(',"no_time_sync":1')
+    if reply.no_lockstep:
+        parts.append(',"no_lockstep":1')
     parts.append('}\n')
     return ''.join(parts).encode('ascii'), tuple(dropped)

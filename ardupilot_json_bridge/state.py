@@ -276,7 +276,8 @@ def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, fl
     return direction, math.hypot(air_body[0], air_body[1])
 
 
-def build_reply(instant: Instant, timestamp: float, no_time_sync: bool = False) -> SensorReply:
+def build_reply(instant: Instant, timestamp: float, no_time_sync: bool = False,
+                no_lockstep: bool = False) -> SensorReply:
     """The reply for one instant: odometry carried from its stamp to the instant's."""
     odometry, imu = instant.odometry, instant.imu
     dt = instant.stamp - odometry.stamp
@@ -294,4 +295,4 @@ def build_reply(instant: Instant, timestamp: float, no_time_sync: bool = False) 
         airspeed=None if instant.airspeed is None else instant.airspeed.value,
         battery=None if instant.battery is None else instant.battery.value,
         rc=() if instant.rc is None else instant.rc.value,
-        no_time_sync=no_time_sync)
+        no_time_sync=no_time_sync, no_lockstep=no_lockstep)

@@ -219,3 +219,14 @@ def test_stop_releases_the_port_and_ends_the_thread():
     assert not link._thread.is_alive()
     again = SitlLink(LinkSettings(port=port), SensorState(StateSettings()))
     again.stop()
+
+
+@pytest.mark.parametrize('flags', [{}, {'no_time_sync': True}, {'no_lockstep': True}])
+def test_sync_flags_only_when_configured(make_link, make_peer, flags):
+    link = make_link(**flags)
+    peer = make_peer(link.address[1])
+    feed(link, 1.0)
+    reply = peer.step()
+    for name in ('no_time_sync', 'no_lockstep'):
+        assert reply.get(name, False) is flags.get(name, False)
+        assert (name in reply) is (name in flags)

@@ -18,7 +18,7 @@ FULL_REPLY = SensorReply(
     quaternion=(0.9238795325112867, 0.0, 0.0, 0.3826834323650898),
     rangefinders=(1.25, None, 3.5, 4.0, 5.0, 6.5), velocity_wind=(3.0, -1.0, 0.0),
     windvane=(0.75, 4.5), airspeed=17.25, battery=(12.6, 3.2),
-    rc=tuple(1000.0 + 50 * i for i in range(12)), no_time_sync=True)
+    rc=tuple(1000.0 + 50 * i for i in range(12)), no_time_sync=True, no_lockstep=True)
 
 
 @pytest.mark.parametrize('channels,magic', [(16, SERVO_MAGIC_16), (32, SERVO_MAGIC_32)])
@@ -65,7 +65,7 @@ def test_reply_is_framed_compact_one_line_json():
     assert ': ' not in text and ', ' not in text and ' ' not in text
     document = json.loads(text)
     assert document['imu']['accel_body'] == [0.5, -0.25, -9.80665]
-    assert document['no_time_sync'] == 1
+    assert document['no_time_sync'] == 1 and document['no_lockstep'] == 1
     assert 'true' not in text and 'false' not in text
 
 
@@ -77,7 +77,7 @@ def test_reply_key_order_is_substring_safe():
     keys = ['timestamp', 'imu', 'gyro', 'accel_body', 'position', 'quaternion', 'velocity',
             'rng_1', 'rng_3', 'rng_4', 'rng_5', 'rng_6', 'velocity_wind', 'windvane',
             'direction', 'speed', 'airspeed', 'battery', 'voltage', 'current', 'rc',
-            'no_time_sync'] + [f'rc_{i}' for i in range(1, 13)]
+            'no_time_sync', 'no_lockstep'] + [f'rc_{i}' for i in range(1, 13)]
     found = set()
     json.loads(text, object_pairs_hook=lambda pairs: found.update(k for k, _ in pairs))
     assert found == set(keys)
@@ -104,6 +104,7 @@ def test_every_key_reads_back_as_sent(dialect):
     assert (parsed['battery.voltage'], parsed['battery.current']) == reply.battery
     assert [parsed[f'rc.rc_{i}'] for i in range(1, 13)] == list(reply.rc)
     assert parsed['no_time_sync'] is True
+    assert parsed['no_lockstep'] is True
 
 
 def test_minimal_reply_has_only_mandatory_keys():
