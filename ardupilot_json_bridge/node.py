@@ -21,6 +21,7 @@ from rcl_interfaces.msg import (
     FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult)
 import rclpy
 from rclpy.clock import Clock, ClockType
+from rclpy.exceptions import NameValidationException, ParameterException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import (
@@ -252,7 +253,7 @@ def main(args: Optional[List[str]] = None) -> int:
     try:
         node = JsonSitlBridge()
         rclpy.spin(node)
-    except (ConfigError, LinkError) as error:
+    except (ConfigError, LinkError, ParameterException, NameValidationException) as error:
         rclpy.logging.get_logger(NODE_NAME).fatal(str(error))
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -19,6 +19,12 @@ def _socket_inodes(port: int) -> set:
     return inodes
 
 
+def shorten(command: str, limit: int = 100) -> str:
+    """A command line cut to one readable line."""
+    line = ' '.join(command.split())
+    return line if len(line) <= limit else line[:limit - 3] + '...'
+
+
 def udp_port_owner(port: int) -> Optional[str]:
     """'pid N: command line' of a process holding UDP port, or None if it cannot be told."""
     inodes = {f'socket:[{inode}]' for inode in _socket_inodes(port)}
@@ -34,7 +40,7 @@ def udp_port_owner(port: int) -> Optional[str]:
                 if os.readlink(f'/proc/{pid}/fd/{fd}') in inodes:
                     with open(f'/proc/{pid}/cmdline', 'rb') as cmdline:
                         command = cmdline.read().replace(b'\0', b' ').decode(errors='replace')
-                    return f'pid {pid}: {command.strip()}'
+                    return f'pid {pid}: {shorten(command.strip())}'
             except OSError:
                 continue
     return None

@@ -260,3 +260,27 @@ def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
     assert node.classes.actuators is None
     assert [group.name for group in node.groups] == ['wheels']
     assert set(node.command_publishers) == {'wheels'}
+
+
+@pytest.mark.parametrize('arguments,message', [
+    (['-p', 'instance:=-3'], 'out of range'),
+    (['-p', 'odom_topic:=/absolute/odom'], 'is absolute'),
+    (['-p', 'port:=PORT'], 'is already in use'),
+])
+def test_bad_start_is_one_fatal_line_and_exit_1(arguments, message):
+    import socket
+    import subprocess
+    import sys
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.bind(('127.0.0.1', 0))
+    port = str(holder.getsockname()[1])
+    try:
+        result = subprocess.run(
+            [sys.executable, '-m', 'ardupilot_json_bridge.node', '--ros-args',
+             *[a.replace('PORT', port) for a in arguments]],
+            capture_output=True, text=True, timeout=30)
+    finally:
+        holder.close()
+    assert result.returncode == 1
+    assert 'FATAL' in result.stderr and message in result.stderr
+    assert 'Traceback' not in result.stderr
