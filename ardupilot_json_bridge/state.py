@@ -269,9 +269,13 @@ def imu_from_odometry(previous: Optional[OdometrySample], current: OdometrySampl
 
 def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, float, float],
              quaternion: Tuple[float, float, float, float]) -> Tuple[float, float]:
-    """Apparent wind: direction (rad clockwise from the nose, 0 head to wind) and speed."""
-    air_ned = np.subtract(wind_ned, velocity_ned)
-    air_body = quaternion_to_matrix(quaternion).T @ air_ned
+    """Apparent wind: direction (rad clockwise from the nose, 0 head to wind) and speed.
+
+    Values too large to combine give NaN, which the encoder leaves out of the reply.
+    """
+    with np.errstate(over='ignore', invalid='ignore'):
+        air_ned = np.subtract(wind_ned, velocity_ned)
+        air_body = quaternion_to_matrix(quaternion).T @ air_ned
     direction = math.atan2(-air_body[1], -air_body[0])
     return direction, math.hypot(air_body[0], air_body[1])
 
