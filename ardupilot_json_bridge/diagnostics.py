@@ -64,6 +64,7 @@ class BridgeMonitor:
             'port': str(self.settings.listen_port), 'instance': str(self.settings.instance),
             'sitl_address': 'none' if stats.peer is None else f'{stats.peer[0]}:{stats.peer[1]}',
             'channels': str(stats.channel_count), 'frame_rate_hz': f'{rate:.1f}',
+            'sitl_rate_hz': str(stats.frame_rate_hint),
             'replied': str(stats.replied), 'duplicates': str(stats.duplicates),
             'lost': str(stats.lost), 'restarts': str(stats.restarts),
             'unanswered': str(stats.unanswered), 'skipped': str(stats.skipped),

@@ -11,7 +11,7 @@ import math
 import socket
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -183,8 +183,6 @@ class FdmDataSource:
         self._controls_values: List[float] = [0.0, 0.0, 0.0, 0.0]
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.polls = 0
-        self.failures: Dict[str, int] = {}
         self._requests = [Request.GPS, Request.ACCELEROMETER, Request.GYROSCOPE,
                           Request.INERTIAL_NAVIGATION]
         if settings.pitot:
@@ -232,12 +230,9 @@ class FdmDataSource:
         self.state.push_odometry(odometry)
         self.state.push_airspeed(airspeed)
         self.state.push_imu(imu)
-        self.polls += 1
         return True
 
     def _failed(self, request: Request, reason: str) -> None:
-        name = describe(request)
-        self.failures[name] = self.failures.get(name, 0) + 1
         self.warnings.warning(f'fdmdata:{int(request)}', f'FDMData simulator at '
                               f'{self.settings.host}:{self.settings.data_port}: {reason}; '
                               'no sample this poll, so SITL gets no reply rather than stale '

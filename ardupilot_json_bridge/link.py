@@ -289,5 +289,4 @@ class SitlLink:
             return
         now = self._clock()
         self.stats.replied += 1
-        self.stats.last_reply = now
         self.stats.latency.add(now - received)

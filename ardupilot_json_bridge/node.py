@@ -141,11 +141,11 @@ class JsonSitlBridge(Node):
                 SENSOR_QOS, qos_overriding_options=QoSOverridingOptions.with_default_policies())
         self.groups = self._usable_groups(self.config)
         self.mapper = ActuatorMapper(self.groups)
+        command_types = {OutputKind.ACTUATORS: self.classes.actuators,
+                         OutputKind.FLOAT64_MULTI_ARRAY: Float64MultiArray,
+                         OutputKind.FLOAT64: Float64}
         self.command_publishers = {
-            topic: self.create_publisher(
-                Float64 if group.kind is OutputKind.FLOAT64 else
-                Float64MultiArray if group.kind is OutputKind.FLOAT64_MULTI_ARRAY else
-                self.classes.actuators, topic, COMMAND_QOS)
+            topic: self.create_publisher(command_types[group.kind], topic, COMMAND_QOS)
             for group in self.groups for topic in group_topics(group)}
         self.pwm_publisher = (self.create_publisher(UInt16MultiArray, self.config.raw_pwm_topic,
                                                     COMMAND_QOS)
@@ -182,7 +182,7 @@ class JsonSitlBridge(Node):
                 name = f'outputs.{group}.{setting}'
                 value = self.declare_parameter(name, None, dynamic).value
                 if value is not None:
-                    values[name] = list(value) if isinstance(value, array.array) else value
+                    values[name] = value
         return {k: list(v) if isinstance(v, array.array) else v for k, v in values.items()}
 
     def _usable_groups(self, config: BridgeConfig) -> List[Any]:

@@ -78,7 +78,6 @@ class LinkStats:
     frame_rate_hint: int = 0
     peer: Optional[Tuple[str, int]] = None
     last_packet: Optional[float] = None
-    last_reply: Optional[float] = None
     latency: LatencyWindow = field(default_factory=LatencyWindow)
 
     def summary(self) -> Dict[str, object]:

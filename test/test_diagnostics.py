@@ -22,12 +22,13 @@ def test_waiting_for_sitl():
 
 def test_connected_rate_and_stalled():
     watcher, stats = monitor(), LinkStats()
-    stats.last_packet, stats.peer = 10.0, ('127.0.0.1', 5555)
+    stats.last_packet, stats.peer, stats.frame_rate_hint = 10.0, ('127.0.0.1', 5555), 1200
     watcher.link_status(stats, 10.0)
     stats.replied, stats.last_packet = 1200, 11.0
     status = watcher.link_status(stats, 11.0)
     assert status.level is Level.OK and status.values['frame_rate_hz'] == '1200.0'
     assert status.values['sitl_address'] == '127.0.0.1:5555'
+    assert status.values['sitl_rate_hz'] == '1200'
     status = watcher.link_status(stats, 14.0)
     assert status.level is Level.ERROR and 'stalled' in status.message
 
