@@ -56,7 +56,7 @@ def canonical(q: np.ndarray) -> np.ndarray:
 
 def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> np.ndarray:
     """ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first)."""
-    q_enu_flu = np.array([w, x, y, z], dtype=float)
+    q_enu_flu = canonical(np.array([w, x, y, z], dtype=float))
     return canonical(quaternion_multiply(quaternion_multiply(Q_NED_ENU, q_enu_flu), Q_FLU_FRD))
 
 

@@ -33,6 +33,15 @@ def _vector(name: str, msg: Any) -> np.ndarray:
     return values
 
 
+def _converted(name: str, transform: np.ndarray, values: np.ndarray) -> Tuple[float, ...]:
+    """transform @ values, refused when finite input overflows in the frame change."""
+    with np.errstate(over='ignore', invalid='ignore'):
+        result = transform @ values
+    if not np.all(np.isfinite(result)):
+        raise InvalidSample(f'{name} is too large to convert: {_as_tuple(values)}')
+    return _as_tuple(result)
+
+
 def _as_tuple(values: np.ndarray) -> Tuple[float, ...]:
     return tuple(float(v) for v in values)
 
@@ -49,10 +58,11 @@ def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> np.ndarra
 
 def imu_to_sample(msg: Any, mounting: np.ndarray) -> ImuSample:
     """sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used)."""
-    gyro = mounting @ _vector('imu.angular_velocity', msg.angular_velocity)
-    accel = mounting @ _vector('imu.linear_acceleration', msg.linear_acceleration)
-    return ImuSample(stamp=stamp_seconds(msg.header), gyro=_as_tuple(gyro),
-                     accel=_as_tuple(accel))
+    gyro = _converted('imu.angular_velocity', mounting,
+                      _vector('imu.angular_velocity', msg.angular_velocity))
+    accel = _converted('imu.linear_acceleration', mounting,
+                       _vector('imu.linear_acceleration', msg.linear_acceleration))
+    return ImuSample(stamp=stamp_seconds(msg.header), gyro=gyro, accel=accel)
 
 
 def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometrySample:
@@ -74,16 +84,16 @@ def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometryS
         raise InvalidSample(f'odometry.pose.orientation: {error}') from None
     linear = _vector('odometry.twist.linear', msg.twist.twist.linear)
     angular = _vector('odometry.twist.angular', msg.twist.twist.angular)
+    ned_from_frd = quaternion_to_matrix(quaternion)
     if twist_in_child_frame:
-        velocity = quaternion_to_matrix(quaternion) @ (FLU_TO_FRD @ linear)
-        gyro = FLU_TO_FRD @ angular
+        velocity_from_twist, gyro_from_twist = ned_from_frd @ FLU_TO_FRD, FLU_TO_FRD
     else:
-        velocity = ENU_TO_NED @ linear
-        ned_from_frd = quaternion_to_matrix(quaternion)
-        gyro = ned_from_frd.T @ (ENU_TO_NED @ angular)
+        velocity_from_twist, gyro_from_twist = ENU_TO_NED, ned_from_frd.T @ ENU_TO_NED
     return OdometrySample(
         stamp=stamp_seconds(msg.header), position=_as_tuple(ENU_TO_NED @ position),
-        velocity=_as_tuple(velocity), quaternion=_as_tuple(quaternion), gyro=_as_tuple(gyro))
+        velocity=_converted('odometry.twist.linear', velocity_from_twist, linear),
+        quaternion=_as_tuple(quaternion),
+        gyro=_converted('odometry.twist.angular', gyro_from_twist, angular))
 
 
 def _distance(reading: float, min_range: float, max_range: float) -> Optional[float]:

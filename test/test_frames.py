@@ -123,3 +123,8 @@ def test_attitude_propagation_matches_scipy(rates, dt):
 def test_imu_mounting(rpy, sensor_vector, frd_vector):
     assert imu_mounting(*rpy) @ np.array(sensor_vector, float) == pytest.approx(frd_vector,
                                                                                 abs=1e-12)
+
+
+def test_huge_finite_quaternion_is_normalised_before_use():
+    assert ros_to_ned_frd(1e308, 1e308, 0.0, 0.0) == pytest.approx(
+        ros_to_ned_frd(1.0, 1.0, 0.0, 0.0))

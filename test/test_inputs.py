@@ -72,6 +72,16 @@ def test_odometry_world_twist(store):
     assert sample.gyro == pytest.approx((0.0, 0.0, -0.2), abs=1e-12)
 
 
+def test_finite_values_that_overflow_in_conversion_are_refused(store):
+    north_east = (0.0, 0.0, math.sin(math.pi / 8), math.cos(math.pi / 8))
+    message = msgs.odometry(store, 0.0, (0, 0, 0), north_east, linear=(1.5e308, 1.5e308, 0.0))
+    with pytest.raises(InvalidSample, match='odometry.twist.linear is too large'):
+        inputs.odometry_to_sample(message)
+    imu_message = msgs.imu(store, 0.0, (1.5e308, 1.5e308, 0.0), (0.0, 0.0, 9.8))
+    with pytest.raises(InvalidSample, match='imu.angular_velocity is too large'):
+        inputs.imu_to_sample(imu_message, inputs.imu_mounting(0, 0, 45))
+
+
 def test_odometry_bad_orientation_is_refused(store):
     with pytest.raises(InvalidSample, match='orientation'):
         inputs.odometry_to_sample(msgs.odometry(store, 0.0, (0, 0, 0), (0, 0, 0, 0)))
