@@ -6,7 +6,7 @@ and carries the message classes of each distribution.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, Tuple
 
 ROSBAGS_MISSING = ('reading bags needs the rosbags package: pip install rosbags '
                    '(or pip install ardupilot_json_bridge[replay])')
@@ -45,15 +45,37 @@ def bag_topics(path: str) -> Dict[str, str]:
         raise BagError(f'cannot open bag {path}: {error}') from None
 
 
-def read_messages(path: str, topics: Iterable[str]) -> List[BagMessage]:
-    """Every message of the given topics, in log-time order (bags here are small)."""
+@dataclass(frozen=True)
+class BagSpan:
+    """First and last log times of a bag (ns) and its message count."""
+
+    start_ns: int
+    end_ns: int
+    count: int
+
+
+def bag_span(path: str) -> BagSpan:
+    """The bag's time span and size, from its metadata (nothing is read)."""
+    rosbags = _rosbags()
+    try:
+        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+            return BagSpan(reader.start_time, reader.end_time, reader.message_count)
+    except Exception as error:
+        raise BagError(f'cannot open bag {path}: {error}') from None
+
+
+def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
+    """The messages of the given topics in log-time order, read lazily as they are needed."""
     rosbags = _rosbags()
     wanted = set(topics)
     try:
         with rosbags.highlevel.AnyReader([Path(path)]) as reader:
             connections = [c for c in reader.connections if c.topic in wanted]
-            return [BagMessage(c.topic, t, reader.deserialize(raw, c.msgtype))
-                    for c, t, raw in reader.messages(connections=connections)]
+            for connection, log_time, raw in reader.messages(connections=connections):
+                yield BagMessage(connection.topic, log_time,
+                                 reader.deserialize(raw, connection.msgtype))
+    except BagError:
+        raise
     except Exception as error:
         raise BagError(f'cannot read bag {path}: {error}') from None
 

@@ -1,6 +1,7 @@
 """`ardupilot-json-bridge`: serve SITL from a bag or an FDMData simulator, without ROS."""
 
 import argparse
+from dataclasses import replace
 import logging
 import signal
 import sys
@@ -12,7 +13,7 @@ from ardupilot_json_bridge.bagfile import BagError
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
 from ardupilot_json_bridge.link import LinkError, SitlLink
-from ardupilot_json_bridge.pwm import ActuatorMapper
+from ardupilot_json_bridge.settings import GRID, SAMPLES
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
@@ -101,14 +102,12 @@ def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
     bag = args.bag or _sample_bag()
     config = load_config(args.config, args.namespace, {
         'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
-    state = SensorState(config.state)
+    state = SensorState(replace(config.state, pacing=SAMPLES if args.rate == 0 else GRID))
     replay = BagReplay(ReplaySettings(bag, args.namespace, args.rate,
                                       args.loop or args.bag is None),
                        input_routes(config, state), state)
-    mapper = ActuatorMapper(config.outputs)
-    link = SitlLink(config.link, state,
-                    on_frame=(lambda packet: mapper.apply(packet.pwm)) if config.outputs else None)
-    log.info(f'replaying {bag} ({len(replay.messages)} messages, {replay.span:.2f} s'
+    link = SitlLink(config.link, state)
+    log.info(f'replaying {bag} ({replay.count} messages, {replay.span:.2f} s'
              f'{", looping" if replay.settings.loop else ""}) at rate '
              f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
     threading.Thread(target=lambda: (replay.finished.wait(), stop.set()), daemon=True).start()

@@ -11,10 +11,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from ardupilot_json_bridge.link import LinkSettings
 from ardupilot_json_bridge.protocol import MAX_RANGEFINDERS
 from ardupilot_json_bridge.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
-from ardupilot_json_bridge.state import StateSettings
+from ardupilot_json_bridge.settings import LinkSettings, StateSettings
 
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
@@ -74,8 +73,11 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('max_odometry_lag', 0.25, 'Largest physics-time gap between the IMU sample '
                   'and the odometry carried to it, seconds', minimum=0.0, maximum=10.0),
     ParameterSpec('max_backlog', 0.05, 'Physics seconds SITL may fall behind before replies '
-                  'skip to the newest sample (each reply otherwise advances one sample)',
+                  'skip ahead to the newest samples (each reply otherwise advances one frame)',
                   minimum=0.0, maximum=10.0),
+    ParameterSpec('horizon', 0.0, 'Physics seconds an instant SITL asks for may lie past the '
+                  'newest IMU sample and still be answered at once, by extrapolation; 0 '
+                  'waits for the simulation to reach it', minimum=0.0, maximum=1.0),
     ParameterSpec('max_optional_age', 1.0, 'Optional inputs older than this (physics seconds) '
                   'are left out of replies', minimum=0.0, maximum=60.0),
     ParameterSpec('odom_topic', 'odom', 'nav_msgs/Odometry of the vehicle (ENU world, body '
@@ -304,6 +306,7 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         max_optional_age=_number('max_optional_age', values['max_optional_age'],
                                  spec['max_optional_age']),
         max_backlog=_number('max_backlog', values['max_backlog'], spec['max_backlog']),
+        horizon=_number('horizon', values['horizon'], spec['horizon']),
         rangefinder_count=len(rangefinders))
     inputs = InputSettings(
         odom_topic=_topic('odom_topic', values['odom_topic']),

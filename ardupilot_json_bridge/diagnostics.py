@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import enum
 from typing import Dict, List, Optional, Sequence
 
-from ardupilot_json_bridge.link import LinkSettings
+from ardupilot_json_bridge.settings import LinkSettings
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0

@@ -104,12 +104,14 @@ def propagate_attitude(q: Sequence[float], gyro: Sequence[float],
                        dt: float) -> Tuple[float, float, float, float]:
     """Rotate attitude q by body rates gyro held for dt seconds: q * exp(gyro * dt / 2).
 
+    dt may be negative (carrying an attitude back in time).
+
     Plain floats: this runs once per SITL frame on 4 numbers, where numpy's per-call overhead
     would cost more than the arithmetic. A rotation too large to represent gives NaN, which
     the encoder refuses.
     """
     wx, wy, wz = gyro
-    angle = math.hypot(wx, wy, wz) * dt
+    angle = math.hypot(wx, wy, wz) * abs(dt)
     if not math.isfinite(angle):
         return (math.nan,) * 4
     if angle < 1e-12:

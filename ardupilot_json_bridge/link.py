@@ -4,51 +4,28 @@ Runs in its own thread and blocks on its socket (and, per frame, on the state's 
 variable), so an idle link costs no CPU and simulated time stopping cannot stall it.
 """
 
-from dataclasses import dataclass
 import errno
 import logging
 import socket
 import threading
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 from ardupilot_json_bridge.portowner import udp_port_owner
 from ardupilot_json_bridge.protocol import (
     decode_servo_packet, encode_reply, ReplyError, ServoPacket, ServoPacketError)
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.session import FrameKind, SitlSession
-from ardupilot_json_bridge.state import build_reply, Instant, SensorState
+from ardupilot_json_bridge.reply import build_reply
+from ardupilot_json_bridge.session import FrameGrid, FrameKind, SitlSession
+from ardupilot_json_bridge.settings import LinkSettings, SITL_BASE_PORT, SITL_PORT_STRIDE
+from ardupilot_json_bridge.state import Instant, SensorState, Unavailable
 from ardupilot_json_bridge.stats import LinkStats
 
-SITL_BASE_PORT = 9002
-SITL_PORT_STRIDE = 10
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
 FrameCallback = Callable[[ServoPacket], None]
-
-
-def sitl_port(instance: int) -> int:
-    """The UDP port SITL instance -I N sends its servo packets to."""
-    return SITL_BASE_PORT + SITL_PORT_STRIDE * instance
-
-
-@dataclass(frozen=True)
-class LinkSettings:
-    """Where to listen and how patient to be (seconds of wall time)."""
-
-    instance: int = 0
-    bind_address: str = '127.0.0.1'
-    port: int = 0
-    fresh_timeout: float = 0.5
-    peer_timeout: float = 2.0
-    no_time_sync: bool = False
-    no_lockstep: bool = False
-
-    @property
-    def listen_port(self) -> int:
-        """The configured port, or SITL's default for the instance when port is 0."""
-        return self.port or sitl_port(self.instance)
+RestartCallback = Callable[[], None]
 
 
 class LinkError(RuntimeError):
@@ -83,10 +60,12 @@ class SitlLink:
     def __init__(self, settings: LinkSettings, state: SensorState,
                  on_frame: Optional[FrameCallback] = None,
                  logger: Optional[logging.Logger] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_restart: Optional[RestartCallback] = None) -> None:
         self.settings = settings
         self.state = state
         self.on_frame = on_frame
+        self.on_restart = on_restart
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
         self.warnings = RateLimitedLog(self.logger)
         self.stats = LinkStats()
@@ -153,9 +132,11 @@ class SitlLink:
                 return
             try:
                 self.handle_datagram(data, sender[:2])
-            except Exception:
-                self.logger.exception(f'{self._prefix}unexpected error handling a datagram '
-                                      f'from {sender[0]}:{sender[1]}; the link carries on')
+            except Exception as error:
+                self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
+                                                  f'handling a datagram from {sender[0]}:'
+                                                  f'{sender[1]}; the link carries on')
+                self.logger.debug('traceback of the error above', exc_info=True)
 
     def handle_datagram(self, data: bytes, sender: Address) -> None:
         """Process one datagram as the link thread does (public for tests and tools)."""
@@ -180,7 +161,7 @@ class SitlLink:
             self.logger.warning(f'{self._prefix}SITL restarted (frame {packet.frame_count} '
                                 f'after {self._last_replied()}): new session, '
                                 'time starts again at 0')
-            self.session.reset()
+            self._new_session()
             verdict = self.session.classify(packet.frame_count)
         if verdict.kind is FrameKind.DUPLICATE:
             stats.duplicates += 1
@@ -195,6 +176,15 @@ class SitlLink:
             stats.new_frames += 1
             self._publish(packet)
         self._reply(packet, received)
+
+    def _new_session(self) -> None:
+        self.session.reset()
+        if self.on_restart is not None:
+            try:
+                self.on_restart()
+            except Exception as error:
+                self.warnings.error('on_restart', f'{self._prefix}resetting the source after '
+                                                  f'a SITL restart failed: {error!r}')
 
     def _last_replied(self) -> str:
         replied = self.session.replied_frame
@@ -219,7 +209,7 @@ class SitlLink:
             self.logger.warning(f'{self._prefix}SITL moved from {peer[0]}:{peer[1]} to '
                                 f'{sender[0]}:{sender[1]} after {silent:.1f} s of silence '
                                 '(restarted?): new session')
-            self.session.reset()
+            self._new_session()
         self._peer = sender
         self.stats.peer = sender
         self._peer_heard = now
@@ -235,19 +225,78 @@ class SitlLink:
                                             f'failed: {error!r}')
 
     def _reply(self, packet: ServoPacket, received: float) -> None:
-        session, state = self.session, self.state
-        deadline = received + self.settings.fresh_timeout
+        timeout = max(0.0, received + self.settings.fresh_timeout - self._clock())
+        if self.state.grid:
+            result = self._grid_instant(packet, timeout)
+        else:
+            result = self._sample_instant(timeout)
+        if isinstance(result, Unavailable):
+            self._unanswered(packet, str(result), 'unavailable:' + result.input)
+            return
+        instant, timestamp = result
+        try:
+            data, dropped = encode_reply(build_reply(
+                instant, timestamp, self.settings.no_time_sync, self.settings.no_lockstep))
+        except ReplyError as error:
+            self._unanswered(packet, str(error), 'reply_error')
+            return
+        if dropped:
+            self.warnings.warning('dropped', f'{self._prefix}left out non-finite optional '
+                                             f'values: {", ".join(dropped)}')
+        self._send(data, received)
+        session = self.session
+        if session.grid is not None:
+            session.grid.advance()
+        session.record_reply(packet.frame_count, data, instant.sequence, instant.stamp,
+                             timestamp)
+        self.state.mark_served(instant.sequence)
+
+    def _grid_instant(self, packet: ServoPacket,
+                      timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
+        """The instant of SITL's next frame on the grid, and its timestamp."""
+        state, session = self.state, self.session
+        grid = session.grid
+        if grid is None or session.resets != state.resets:
+            newest = state.wait_for_primary(timeout)
+            if newest is None:
+                return Unavailable(state.primary, 'no message received yet')
+            if grid is None:
+                grid = session.grid = FrameGrid(newest, packet.frame_rate)
+            else:
+                self.logger.warning(f'{self._prefix}physics time went back to {newest:.3f} s '
+                                    '(simulation reset or looping bag): SITL time carries on '
+                                    'from where it was')
+                grid.restart_at(newest)
+            session.resets = state.resets
+        stamp = grid.next_instant(packet.frame_rate)
+        newest = state.newest_primary()
+        if newest is not None and newest - stamp > state.settings.max_backlog:
+            skipped = grid.skip_to(newest)
+            self.stats.skipped += skipped
+            self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
+                                             f'{state.settings.max_backlog} s behind physics: '
+                                             f'skipped {skipped} frame(s) to catch up')
+            stamp = grid.next_instant(packet.frame_rate)
+        result = state.wait_for_stamp(stamp, timeout)
+        if isinstance(result, Unavailable):
+            return result
+        return result, grid.timestamp_of(grid.index + 1)
+
+    def _sample_instant(self, timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
+        """The next primary sample's instant (lock-step sources), and its timestamp."""
+        state, session = self.state, self.session
+        deadline = self._clock() + timeout
         after = session.served_sequence
-        stuck_stamp = None
         while True:
-            result = state.wait_for_instant(after, max(0.0, deadline - self._clock()))
-            if not isinstance(result, Instant):
-                reason = str(result)
-                if stuck_stamp is not None:
-                    reason = (f'{state.primary} stamps are not advancing (stuck at '
-                              f'{stuck_stamp:.6f} s): does the simulator stamp its messages?')
-                self._unanswered(packet, reason, 'unavailable:' + result.input)
-                return
+            result = state.wait_for_sample(after, max(0.0, deadline - self._clock()))
+            if isinstance(result, Unavailable):
+                if result.sequence:
+                    # A sample that cannot be served (no odometry near it) is passed over, so
+                    # a lock-step source moves on to the next one instead of waiting for good.
+                    session.served_sequence = result.sequence
+                    state.mark_served(result.sequence)
+                    self.stats.skipped += 1
+                return result
             if session.last_stamp is not None and result.stamp < session.last_stamp:
                 self.logger.warning(
                     f'{self._prefix}physics time went back from {session.last_stamp:.3f} to '
@@ -256,25 +305,13 @@ class SitlLink:
             timestamp = session.timestamp_for(result.stamp)
             if timestamp is not None:
                 break
-            after, stuck_stamp = result.sequence, result.stamp
+            after = result.sequence
         if result.skipped:
             self.stats.skipped += result.skipped
             self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
                                              f'{state.settings.max_backlog} s behind physics: '
                                              f'skipped {result.skipped} sample(s) to catch up')
-        try:
-            data, dropped = encode_reply(build_reply(
-                result, timestamp, self.settings.no_time_sync, self.settings.no_lockstep))
-        except ReplyError as error:
-            self._unanswered(packet, str(error), 'reply_error')
-            return
-        if dropped:
-            self.warnings.warning('dropped', f'{self._prefix}left out non-finite optional '
-                                             f'values: {", ".join(dropped)}')
-        self._send(data, received)
-        session.record_reply(packet.frame_count, data, result.sequence, result.stamp,
-                             timestamp)
-        state.mark_served(result.sequence)
+        return result, timestamp
 
     def _unanswered(self, packet: ServoPacket, reason: str, key: str) -> None:
         self.stats.unanswered += 1

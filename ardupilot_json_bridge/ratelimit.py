@@ -36,8 +36,3 @@ class RateLimitedLog:
 
     def error(self, key: str, message: str) -> bool:
         return self.log(logging.ERROR, key, message)
-
-    def forget(self, key: str) -> None:
-        """Let the next message under key through at once (the problem went away)."""
-        with self._lock:
-            self._seen.pop(key, None)

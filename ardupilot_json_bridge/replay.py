@@ -1,22 +1,32 @@
 """Bag replay: a recorded simulation as the physics source, paced by its own stamps.
 
-With rate R > 0 messages are delivered at their log times divided by R (wall clock); with
-R = 0 each primary sample waits until the link has served the one before, so the bag plays as
-fast as SITL asks for frames.
+With rate R > 0 messages are delivered at their log times divided by R (wall clock) and SITL
+is served on its own frame grid; with R = 0 each primary sample waits until the link has
+served the one before (every message in between delivered first, whatever the order of the
+topics), so the bag plays as fast as SITL asks for frames, one sample per frame. The bag is
+read lazily: memory does not grow with its length.
 """
 
+import collections
 from dataclasses import dataclass
 import logging
-import statistics
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Deque, Dict, List, Optional
 
-from ardupilot_json_bridge.bagfile import bag_topics, BagError, BagMessage, read_messages
+from ardupilot_json_bridge.bagfile import (
+    bag_span, bag_topics, BagError, BagMessage, read_messages)
 from ardupilot_json_bridge.inputs import stamp_seconds
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.routes import deliver, InputRoute
 from ardupilot_json_bridge.state import SensorState
+
+# Seconds of wall time between progress lines.
+PROGRESS_PERIOD = 10.0
+# Wall seconds a lock-step replay waits at the end for SITL to take its last samples.
+END_WAIT = 5.0
+# How far (log time) other topics run ahead of a held primary sample in lock-step.
+LOOKAHEAD_NS = 100_000_000
 
 
 def resolve_topic(namespace: str, topic: str) -> str:
@@ -50,21 +60,23 @@ class BagReplay:
         self.routes: Dict[str, InputRoute] = {
             resolve_topic(settings.namespace, r.topic): r for r in routes}
         self._check_topics()
-        self.messages: List[BagMessage] = read_messages(settings.bag, self.routes)
-        primary = resolve_topic(settings.namespace,
-                                next(r.topic for r in routes if r.name == state.primary))
-        self._primary = primary
-        stamps = [m.log_time_ns for m in self.messages if m.topic == primary]
-        if not stamps:
-            raise BagError(f'{settings.bag}: no messages on {primary}')
-        steps = [b - a for a, b in zip(stamps, stamps[1:]) if b > a]
-        step = statistics.median(steps) if steps else 1_000_000
-        self.start_ns = self.messages[0].log_time_ns
-        self.span = (self.messages[-1].log_time_ns - self.start_ns + step) * 1e-9
+        self._primary = resolve_topic(settings.namespace,
+                                      next(r.topic for r in routes if r.name == state.primary))
+        span = bag_span(settings.bag)
+        if not span.count:
+            raise BagError(f'{settings.bag} holds no messages')
+        self.start_ns, self.end_ns, self.count = span.start_ns, span.end_ns, span.count
+        self.span = (span.end_ns - span.start_ns) * 1e-9
         self.finished = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.loops = 0
+        self.delivered = 0
+        self.primary_step = 0.0
+        self._log_to_stamp = 0.0
+        self._wall_start = 0.0
+        self._next_progress = 0.0
+        self._previous_primary: Optional[float] = None
 
     def _check_topics(self) -> None:
         available = bag_topics(self.settings.bag)
@@ -99,33 +111,78 @@ class BagReplay:
             self.finished.set()
 
     def _play(self) -> None:
-        """Deliver the bag (in loops if asked), pacing by log time.
+        """Deliver the bag (in loops if asked), pacing by log time."""
+        settings = self.settings
+        offset = 0.0
+        self._next_progress = time.monotonic() + PROGRESS_PERIOD
+        while not self._stop.is_set():
+            self._wall_start = time.monotonic()
+            self._previous_primary = None
+            held: Deque[BagMessage] = collections.deque()
+            for message in read_messages(settings.bag, self.routes):
+                if settings.rate > 0.0:
+                    if not self._deliver(message, offset):
+                        return
+                    continue
+                # Lock-step: a primary sample waits until SITL took the one before, while the
+                # other topics run up to LOOKAHEAD ahead of it, so odometry logged after the
+                # IMU sample it belongs to is there when the sample is served.
+                if message.topic == self._primary:
+                    held.append(message)
+                elif not self._deliver(message, offset):
+                    return
+                while held and message.log_time_ns - held[0].log_time_ns >= LOOKAHEAD_NS:
+                    if not (self._wait_until_served()
+                            and self._deliver(held.popleft(), offset)):
+                        return
+            while held:
+                if not (self._wait_until_served() and self._deliver(held.popleft(), offset)):
+                    return
+            self.loops += 1
+            if not settings.loop:
+                if settings.rate == 0.0:
+                    self.state.wait_until_served(END_WAIT)
+                return
+            offset += self.span + (self.primary_step or 1e-3)
+
+    def _deliver(self, message: BagMessage, offset: float) -> bool:
+        """Deliver one message at its time (rate > 0); False when asked to stop.
 
         Topics without headers are stamped with their log time moved into the header-stamp
         domain (a bag recorded without --use-sim-time logs wall time, its headers sim time).
         """
-        settings, state = self.settings, self.state
-        offset = 0.0
-        log_to_stamp = 0.0
-        while not self._stop.is_set():
-            wall_start = time.monotonic()
-            for message in self.messages:
-                if settings.rate > 0.0:
-                    due = wall_start + (message.log_time_ns - self.start_ns) * 1e-9 / settings.rate
-                    delay = due - time.monotonic()
-                    if delay > 0.0 and self._stop.wait(delay):
-                        return
-                elif self._stop.is_set():
-                    return
-                route = self.routes[message.topic]
-                log_time = message.log_time_ns * 1e-9
-                if message.topic == self._primary:
-                    log_to_stamp = stamp_seconds(message.message.header) - log_time
-                delivered = deliver(route, message.message, log_time + log_to_stamp, state,
-                                    self.warnings, offset)
-                if delivered and settings.rate == 0.0 and message.topic == self._primary:
-                    state.wait_until_served()
-            self.loops += 1
-            if not settings.loop:
-                return
-            offset += self.span
+        rate = self.settings.rate
+        now = time.monotonic()
+        if rate > 0.0:
+            due = self._wall_start + (message.log_time_ns - self.start_ns) * 1e-9 / rate
+            if due > now and self._stop.wait(due - now):
+                return False
+        elif self._stop.is_set():
+            return False
+        if now >= self._next_progress:
+            self._next_progress = now + PROGRESS_PERIOD
+            self._progress(message.log_time_ns)
+        log_time = message.log_time_ns * 1e-9
+        if message.topic == self._primary:
+            stamp = stamp_seconds(message.message.header)
+            self._log_to_stamp = stamp - log_time
+            if self._previous_primary is not None and stamp > self._previous_primary:
+                self.primary_step = stamp - self._previous_primary
+            self._previous_primary = stamp
+        deliver(self.routes[message.topic], message.message, log_time + self._log_to_stamp,
+                self.state, self.warnings, offset)
+        self.delivered += 1
+        return True
+
+    def _wait_until_served(self) -> bool:
+        """Lock-step: hold the next primary sample until SITL took the last; False on stop."""
+        while not self.state.wait_until_served(0.5):
+            if self._stop.is_set() or self.state.closed:
+                return False
+        return not self._stop.is_set()
+
+    def _progress(self, log_time_ns: int) -> None:
+        position = (log_time_ns - self.start_ns) * 1e-9
+        self.logger.info(f'replay: {position:.1f} of {self.span:.1f} s'
+                         f'{f" (loop {self.loops + 1})" if self.settings.loop else ""}, '
+                         f'{self.delivered} messages delivered')

@@ -89,31 +89,42 @@ def odometry_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -
 
 
 def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate: float,
-                    odometry_rate: float, namespace: str = '',
-                    start: float = 0.0) -> Iterator[Tuple[str, str, int, Any]]:
-    """(topic, type, log time ns, message) of IMU and odometry over duration, in time order."""
+                    odometry_rate: float, namespace: str = '', start: float = 0.0,
+                    imu_first: bool = False, odometry_delay: float = 0.0
+                    ) -> Iterator[Tuple[str, str, int, Any]]:
+    """(topic, type, log time ns, message) of IMU and odometry over duration, in log order.
+
+    Odometry is logged odometry_delay after its stamp; at equal log times odometry comes
+    first unless imu_first.
+    """
     prefix = '/' + namespace.strip('/') + '/' if namespace.strip('/') else '/'
-    events = [(i / imu_rate, 'imu') for i in range(int(round(duration * imu_rate)))]
-    events += [(i / odometry_rate, 'odom')
+    events = [(i / imu_rate, 0.0, 'imu') for i in range(int(round(duration * imu_rate)))]
+    events += [(i / odometry_rate, odometry_delay, 'odom')
                for i in range(int(round(duration * odometry_rate)))]
-    for t, kind in sorted(events, key=lambda e: (e[0], e[1] == 'imu')):
+
+    def log_order(event: Tuple[float, float, str]) -> Tuple[float, bool]:
+        return event[0] + event[1], (event[2] == 'imu') != imu_first
+
+    for t, delay, kind in sorted(events, key=log_order):
         stamp = start + t
+        log_time = int(round((stamp + delay) * 1e9))
         if kind == 'imu':
-            yield prefix + 'imu', IMU_TYPE, int(round(stamp * 1e9)), imu_message(
-                store, motion, t, stamp)
+            yield prefix + 'imu', IMU_TYPE, log_time, imu_message(store, motion, t, stamp)
         else:
-            yield prefix + 'odom', ODOMETRY_TYPE, int(round(stamp * 1e9)), odometry_message(
+            yield prefix + 'odom', ODOMETRY_TYPE, log_time, odometry_message(
                 store, motion, t, stamp)
 
 
 def write_motion_bag(path: str, motion: SteadyMotion, duration: float, imu_rate: float = 400.0,
                      odometry_rate: float = 50.0, namespace: str = '', start: float = 0.0,
                      storage: str = 'sqlite3', distribution: str = 'humble',
-                     compress: bool = False) -> None:
+                     compress: bool = False, imu_first: bool = False,
+                     odometry_delay: float = 0.0) -> None:
     """Write a bag of the motion's IMU and odometry topics."""
     store = typestore(distribution)
     write_bag(path, motion_messages(store, motion, duration, imu_rate, odometry_rate,
-                                    namespace, start), store, storage, compress)
+                                    namespace, start, imu_first, odometry_delay),
+              store, storage, compress)
 
 
 def main() -> None:

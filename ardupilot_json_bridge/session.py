@@ -1,13 +1,20 @@
-"""One SITL session: what each frame_count means and the session's physics clock.
+"""One SITL session: what each frame_count means, and the session's physics clock.
 
 SITL increments frame_count only after it accepted a reply, so a repeated count asks for the
 last reply again and a lower count means SITL restarted. Timestamps count from the first
 instant served in the session, so SITL's clock starts at 0 and never sees epoch time.
+
+On the frame grid (free-running sources), reply k describes the source instant
+origin + k / frame_rate and carries the timestamp k / frame_rate; a change of SITL's frame
+rate re-bases the grid at the current instant, so every step is exactly one frame period.
 """
 
 from dataclasses import dataclass
 import enum
+import math
 from typing import Optional
+
+DEFAULT_FRAME_RATE = 1200
 
 
 class FrameKind(enum.Enum):
@@ -22,8 +29,59 @@ class FrameKind(enum.Enum):
 
 @dataclass(slots=True)
 class FrameVerdict:
+    """A packet's kind, and how many frame counts went missing before it."""
+
     kind: FrameKind
     lost: int = 0
+
+
+class FrameGrid:
+    """SITL's frame instants in source time, and their session timestamps."""
+
+    __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index')
+
+    def __init__(self, stamp: float, rate: int) -> None:
+        """A grid whose first frame is at source time stamp and session time 0."""
+        self.base_stamp = stamp
+        self.base_timestamp = 0.0
+        self.rate = rate or DEFAULT_FRAME_RATE
+        self.index = -1
+
+    def next_instant(self, rate: int) -> float:
+        """The source instant of the next frame, re-basing first if the rate changed."""
+        rate = rate or DEFAULT_FRAME_RATE
+        if rate != self.rate and self.index < 0:
+            self.rate = rate
+        elif rate != self.rate:
+            self.base_stamp = self.stamp_of(self.index)
+            self.base_timestamp = self.timestamp_of(self.index)
+            self.rate, self.index = rate, 0
+        return self.stamp_of(self.index + 1)
+
+    def stamp_of(self, index: int) -> float:
+        return self.base_stamp + index / self.rate
+
+    def timestamp_of(self, index: int) -> float:
+        return self.base_timestamp + index / self.rate
+
+    def skip_to(self, stamp: float) -> int:
+        """Move forward to the last frame at or before stamp; the frames passed over."""
+        frames = math.floor((stamp - self.stamp_of(self.index + 1)) * self.rate + 1e-9)
+        if frames > 0:
+            self.index += frames
+            return frames
+        return 0
+
+    def restart_at(self, stamp: float) -> None:
+        """The source's clock jumped (a simulation reset): carry on from stamp next frame."""
+        self.base_stamp = stamp - 1.0 / self.rate
+        self.base_timestamp = self.timestamp_of(self.index)
+        self.index = 0
+
+    def advance(self) -> float:
+        """The next frame was answered; its timestamp."""
+        self.index += 1
+        return self.timestamp_of(self.index)
 
 
 class SitlSession:
@@ -38,6 +96,8 @@ class SitlSession:
         self.last_stamp: Optional[float] = None
         self.last_timestamp = 0.0
         self.last_step = 0.0
+        self.grid: Optional[FrameGrid] = None
+        self.resets = 0
 
     def reset(self) -> None:
         """Forget everything: the next packet starts a new session at time 0."""
@@ -58,7 +118,7 @@ class SitlSession:
         return FrameVerdict(FrameKind.NEW, lost=frame_count - last - 1)
 
     def timestamp_for(self, stamp: float) -> Optional[float]:
-        """Session time of a source stamp; None if it is not newer than the last one served.
+        """Session time of a sample's stamp (samples pacing); None if not newer than the last.
 
         A source clock that jumps back (a simulation reset, a looping bag) is re-based so
         SITL's clock keeps running forward by the last step.

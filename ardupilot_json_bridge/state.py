@@ -1,30 +1,29 @@
-"""The latest sample of every input, and the one instant each SITL reply describes.
+"""Short histories of every input, and the one instant each SITL reply describes.
 
-Sources push samples from their own threads; the link waits on one condition variable for a
-primary sample (the IMU's, or the odometry's in odometry-only mode) newer than the one it last
-served. A reply describes the primary sample's instant: the odometry is carried to that
-instant, so 50 Hz odometry and 1 kHz IMU agree.
+Sources push samples from their own threads; the link asks for an instant and waits on one
+condition variable until the samples reach it. Two pacings:
 
-Replies advance one primary sample at a time, so every timestamp step SITL sees is one physics
-step. SITL sets its frame rate from that step; jumping to the newest sample instead would make
-the step equal SITL's own frame period, and a slow start would then lock SITL at a slow rate.
-When SITL falls further behind than max_backlog, the reply skips to the newest sample.
+- grid (free-running simulators: the node, a replay at a rate): the link asks for SITL's own
+  frame instants, t0 + k / frame_rate. An instant is ready once the primary input (the IMU, or
+  the odometry in odometry-only mode) reaches it, or is at most `horizon` short of it; values
+  are interpolated between the samples around it, or carried past them (see alignment).
+- samples (lock-step sources that make one sample per frame: replay --rate 0, MuJoCo): each
+  reply serves the next primary sample, at its own stamp.
 """
 
-import collections
 from dataclasses import dataclass
-import math
+import logging
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
-import numpy as np
-
-from ardupilot_json_bridge.frames import GRAVITY_NED, propagate_attitude, quaternion_to_matrix
-from ardupilot_json_bridge.protocol import SensorReply
+from ardupilot_json_bridge.alignment import Appended, History, imu_at, odometry_at
+from ardupilot_json_bridge.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.reply import imu_from_odometry
 from ardupilot_json_bridge.samples import (
-    AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample,
-    WindSample)
+    AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
+    Vector3, WindSample)
+from ardupilot_json_bridge.settings import GRID, StateSettings
 from ardupilot_json_bridge.stats import InputMeter
 
 IMU = 'imu'
@@ -33,7 +32,8 @@ WIND = 'wind'
 AIRSPEED = 'airspeed'
 BATTERY = 'battery'
 RC = 'rc'
-BACKLOG_SAMPLES = 512
+# Extra history beyond the longest setting, so an instant always has samples on both sides.
+HISTORY_MARGIN = 0.1
 
 
 def rangefinder_name(index: int) -> str:
@@ -41,31 +41,27 @@ def rangefinder_name(index: int) -> str:
     return f'rangefinder_{index + 1}'
 
 
-@dataclass(frozen=True)
-class StateSettings:
-    """How the state judges its inputs (seconds of physics time unless said otherwise)."""
-
-    odometry_only: bool = False
-    max_odometry_lag: float = 0.25
-    max_optional_age: float = 1.0
-    max_backlog: float = 0.05
-    rangefinder_count: int = 0
-
-
 @dataclass(slots=True)
 class Instant:
-    """Consistent samples for one reply, taken under the lock; stamp is the primary's."""
+    """Every value of one reply, aligned to stamp (the source's physics time).
 
-    sequence: int
+    sequence numbers primary samples (samples pacing); skipped counts samples (samples
+    pacing) passed over to catch up.
+    """
+
     stamp: float
+    sequence: int
     skipped: int
-    imu: ImuSample
-    odometry: OdometrySample
-    ranges: Tuple[Optional[RangeSample], ...]
-    wind: Optional[WindSample]
-    airspeed: Optional[AirspeedSample]
-    battery: Optional[BatterySample]
-    rc: Optional[RcSample]
+    gyro: Vector3
+    accel: Vector3
+    position: Vector3
+    velocity: Vector3
+    quaternion: Tuple[float, float, float, float]
+    ranges: Tuple[Optional[float], ...]
+    wind: Optional[Vector3]
+    airspeed: Optional[float]
+    battery: Optional[Tuple[float, float]]
+    rc: Optional[Tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -74,119 +70,227 @@ class Unavailable:
 
     input: str
     reason: str
+    sequence: int = 0
 
     def __str__(self) -> str:
         return f'{self.input}: {self.reason}'
 
 
 class SensorState:
-    """Thread-safe store of the latest samples, with a blocking wait for a fresh instant."""
+    """Thread-safe histories of every input, with blocking waits for instants."""
 
     def __init__(self, settings: StateSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 logger: Optional[logging.Logger] = None) -> None:
         self.settings = settings
+        self.warnings = RateLimitedLog(logger or logging.getLogger('ardupilot_json_bridge.state'))
         self._clock = clock
         self._condition = threading.Condition()
-        self._imu: Optional[ImuSample] = None
-        self._backlog: Deque[Tuple[int, ImuSample]] = collections.deque(maxlen=BACKLOG_SAMPLES)
-        self._odometry: Optional[OdometrySample] = None
-        self._ranges: List[Optional[RangeSample]] = [None] * settings.rangefinder_count
-        self._wind: Optional[WindSample] = None
-        self._airspeed: Optional[AirspeedSample] = None
-        self._battery: Optional[BatterySample] = None
-        self._rc: Optional[RcSample] = None
+        keep = max(settings.max_backlog, settings.max_odometry_lag, settings.horizon,
+                   settings.max_optional_age) + HISTORY_MARGIN
+        self._imu: History[ImuSample] = History(keep)
+        self._odometry: History[OdometrySample] = History(keep)
+        names = [rangefinder_name(i) for i in range(settings.rangefinder_count)]
+        names += [WIND, AIRSPEED, BATTERY, RC]
+        self._optional: Dict[str, History[Stamped]] = {n: History(keep) for n in names}
+        self._range_names = tuple(names[:settings.rangefinder_count])
         self._sequence = 0
         self._served = 0
+        self._resets = 0
         self._closed = False
-        names = [ODOMETRY] if settings.odometry_only else [IMU, ODOMETRY]
-        names += [rangefinder_name(i) for i in range(settings.rangefinder_count)]
-        names += [WIND, AIRSPEED, BATTERY, RC]
-        self.meters: Dict[str, InputMeter] = {name: InputMeter(name) for name in names}
+        meters = [ODOMETRY] if settings.odometry_only else [IMU, ODOMETRY]
+        self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in meters + names}
 
-    def _record(self, name: str, stamp: float) -> None:
-        self.meters[name].record(self._clock(), stamp)
+    @property
+    def primary(self) -> str:
+        """The input whose samples pace the replies."""
+        return ODOMETRY if self.settings.odometry_only else IMU
+
+    @property
+    def resets(self) -> int:
+        """How many times the primary input's stamps jumped back (simulation resets)."""
+        return self._resets
+
+    def _record(self, name: str, stamp: float, outcome: str, newest: Optional[float]) -> bool:
+        """Meter one sample; warn (rate-limited) and return False if it was refused."""
+        meter = self.meters[name]
+        meter.record(self._clock())
+        if outcome is Appended.REPEATED or outcome is Appended.LATE:
+            meter.out_of_order += 1
+            what = 'repeats the stamp' if outcome is Appended.REPEATED else 'is older than'
+            self.warnings.warning(f'{outcome}:{name}', f'dropped a {name} sample: its stamp '
+                                  f'{stamp:.6f} s {what} the newest {newest:.6f} s '
+                                  f'({meter.out_of_order} dropped so far; does the simulator '
+                                  'stamp every message with its own physics time?)')
+            return False
+        return True
 
     def push_imu(self, sample: ImuSample) -> None:
         if self.settings.odometry_only:
             return
         with self._condition:
-            self._record(IMU, sample.stamp)
-            self._add_primary(sample)
+            newest = self._imu.newest_stamp
+            self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
 
     def push_odometry(self, sample: OdometrySample) -> None:
         with self._condition:
-            self._record(ODOMETRY, sample.stamp)
-            previous, self._odometry = self._odometry, sample
+            newest = self._odometry.newest_stamp
             if self.settings.odometry_only:
-                self._add_primary(imu_from_odometry(previous, sample, self._imu))
+                derived = imu_from_odometry(self._odometry, sample)
+                outcome = self._odometry.append(sample.stamp, sample)
+                if outcome is Appended.RESET:
+                    self._imu.clear()
+                if outcome is Appended.ADDED or outcome is Appended.RESET:
+                    self._imu.append(derived.stamp, derived)
+                self._push_primary(ODOMETRY, sample, outcome, newest)
+            elif self._record(ODOMETRY, sample.stamp,
+                              self._odometry.append(sample.stamp, sample), newest):
+                self._condition.notify_all()
 
-    def _add_primary(self, sample: ImuSample) -> None:
-        self._imu = sample
+    def _push_primary(self, name: str, sample: ImuSample, outcome: str,
+                      newest: Optional[float]) -> None:
+        if not self._record(name, sample.stamp, outcome, newest):
+            return
+        if outcome is Appended.RESET:
+            self._resets += 1
         self._sequence += 1
-        self._backlog.append((self._sequence, sample))
         self._condition.notify_all()
 
-    def push_range(self, index: int, sample: RangeSample) -> None:
-        if not 0 <= index < len(self._ranges):
-            raise IndexError(f'rangefinder {index + 1} is not configured')
+    def _push_optional(self, name: str, sample: Stamped) -> None:
         with self._condition:
-            self._record(rangefinder_name(index), sample.stamp)
-            self._ranges[index] = sample
+            history = self._optional[name]
+            newest = history.newest_stamp
+            self._record(name, sample.stamp, history.append(sample.stamp, sample), newest)
+
+    def push_range(self, index: int, sample: RangeSample) -> None:
+        if not 0 <= index < len(self._range_names):
+            raise IndexError(f'rangefinder {index + 1} is not configured')
+        self._push_optional(self._range_names[index], sample)
 
     def push_wind(self, sample: WindSample) -> None:
-        with self._condition:
-            self._record(WIND, sample.stamp)
-            self._wind = sample
+        self._push_optional(WIND, sample)
 
     def push_airspeed(self, sample: AirspeedSample) -> None:
-        with self._condition:
-            self._record(AIRSPEED, sample.stamp)
-            self._airspeed = sample
+        self._push_optional(AIRSPEED, sample)
 
     def push_battery(self, sample: BatterySample) -> None:
-        with self._condition:
-            self._record(BATTERY, sample.stamp)
-            self._battery = sample
+        self._push_optional(BATTERY, sample)
 
     def push_rc(self, sample: RcSample) -> None:
-        with self._condition:
-            self._record(RC, sample.stamp)
-            self._rc = sample
+        self._push_optional(RC, sample)
 
     def count_rejected(self, name: str) -> None:
         """Count a message of input name that could not become a sample."""
         with self._condition:
             self.meters[name].rejected += 1
 
-    @property
-    def primary(self) -> str:
-        """The input whose samples set the reply instants."""
-        return ODOMETRY if self.settings.odometry_only else IMU
-
-    def latest_stamp(self) -> Optional[float]:
+    def newest_primary(self) -> Optional[float]:
         """Stamp of the newest primary sample, None before the first."""
         with self._condition:
-            return None if self._imu is None else self._imu.stamp
+            return self._imu.newest_stamp
 
-    def wait_for_instant(self, after: int, timeout: float) -> Union[Instant, Unavailable]:
-        """Block until a primary sample newer than sequence after is usable, or timeout."""
+    def wait_for_primary(self, timeout: float) -> Optional[float]:
+        """Block until there is a primary sample; its newest stamp, or None on timeout."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._closed or len(self._imu) > 0, timeout)
+            return self._imu.newest_stamp
+
+    def wait_for_stamp(self, stamp: float, timeout: float) -> Union[Instant, Unavailable]:
+        """Block until the primary input reaches stamp (less the horizon); its instant."""
         deadline = self._clock() + timeout
         with self._condition:
             while True:
-                result = self._instant_locked(after)
+                newest = self._imu.newest_stamp
+                if newest is not None and newest >= stamp - self.settings.horizon:
+                    return self._instant_locked(stamp, self._sequence, 0)
+                remaining = deadline - self._clock()
+                if remaining <= 0.0 or self._closed:
+                    return self._not_reached(stamp, newest)
+                self._condition.wait(remaining)
+
+    def _not_reached(self, stamp: float, newest: Optional[float]) -> Unavailable:
+        primary = self.primary
+        if newest is None:
+            return Unavailable(primary, 'no message received yet')
+        age = self.meters[primary].age(self._clock())
+        return Unavailable(primary, f'samples stop {stamp - newest:.4f} s short of the '
+                                    f'instant SITL asks for; none newer for {age:.2f} s '
+                                    '(simulation paused or stopped?)')
+
+    def wait_for_sample(self, after: int, timeout: float) -> Union[Instant, Unavailable]:
+        """Block until the primary sample after sequence after can be served; its instant.
+
+        When SITL lags the newest sample by more than max_backlog, the newest is served. A
+        sample without odometry near it waits for odometry until the timeout.
+        """
+        deadline = self._clock() + timeout
+        with self._condition:
+            while True:
+                result = self._next_sample_locked(after)
                 remaining = deadline - self._clock()
                 if isinstance(result, Instant) or remaining <= 0.0 or self._closed:
                     return result
                 self._condition.wait(remaining)
 
+    def _next_sample_locked(self, after: int) -> Union[Instant, Unavailable]:
+        if self._sequence <= after:
+            newest = self._imu.newest_stamp
+            if newest is None:
+                return Unavailable(self.primary, 'no message received yet')
+            age = self.meters[self.primary].age(self._clock())
+            return Unavailable(self.primary, f'no sample newer than the last reply for '
+                                             f'{age:.2f} s (simulation paused or stopped?)')
+        stamps = self._imu.stamps
+        newest_sequence = self._sequence
+        index = max(0, len(stamps) - (newest_sequence - after))
+        skipped = 0
+        if after == 0 or stamps[-1] - stamps[index] > self.settings.max_backlog:
+            skipped = 0 if after == 0 else len(stamps) - 1 - index
+            index = len(stamps) - 1
+        sequence = newest_sequence - (len(stamps) - 1 - index)
+        return self._instant_locked(stamps[index], sequence, skipped)
+
+    def _instant_locked(self, stamp: float, sequence: int,
+                        skipped: int) -> Union[Instant, Unavailable]:
+        if not len(self._odometry):
+            return Unavailable(ODOMETRY, 'no message received yet', sequence)
+        gyro, accel = imu_at(self._imu, stamp)
+        position, velocity, quaternion, gap = odometry_at(self._odometry, self._imu, stamp)
+        if gap > self.settings.max_odometry_lag:
+            return Unavailable(ODOMETRY, f'nearest sample is {gap:.3f} s from the instant '
+                                         f'(max_odometry_lag {self.settings.max_odometry_lag}'
+                                         ' s)', sequence)
+        optional = self._optional
+        return Instant(
+            stamp=stamp, sequence=sequence, skipped=skipped, gyro=gyro, accel=accel,
+            position=position, velocity=velocity, quaternion=quaternion,
+            ranges=tuple(self._value_at(name, stamp) for name in self._range_names),
+            wind=self._value_at(WIND, stamp) if len(optional[WIND]) else None,
+            airspeed=self._value_at(AIRSPEED, stamp) if len(optional[AIRSPEED]) else None,
+            battery=self._value_at(BATTERY, stamp) if len(optional[BATTERY]) else None,
+            rc=self._value_at(RC, stamp) if len(optional[RC]) else None)
+
+    def _value_at(self, name: str, stamp: float):
+        """The optional input's latest value at stamp; None (and counted) if too far off."""
+        history = self._optional[name]
+        if not len(history):
+            return None
+        before, after = history.around(stamp)
+        sample = before if before is not None else after
+        if abs(stamp - sample.stamp) > self.settings.max_optional_age:
+            self.meters[name].left_out += 1
+            return None
+        self.meters[name].used += 1
+        return sample.value
+
     def mark_served(self, sequence: int) -> None:
-        """The link answered SITL with the instant of this sequence: wake a paced source."""
+        """The link answered SITL with this primary sample (samples pacing): wake a source."""
         with self._condition:
             self._served = max(self._served, sequence)
             self._condition.notify_all()
 
     def wait_until_served(self, timeout: Optional[float] = None) -> bool:
-        """Block a producer until the link has served every primary sample pushed so far."""
+        """Block a lock-step producer until every primary sample pushed so far is served."""
         with self._condition:
             return self._condition.wait_for(
                 lambda: self._closed or self._served >= self._sequence, timeout)
@@ -202,101 +306,11 @@ class SensorState:
             self._closed = True
             self._condition.notify_all()
 
-    def _next_primary(self, after: int) -> Tuple[int, ImuSample, int]:
-        """The primary sample right after sequence after, or the newest if SITL lags.
+    @property
+    def pacing(self) -> str:
+        return self.settings.pacing
 
-        A session's first reply (after 0) starts at the newest sample: nothing was skipped.
-        """
-        backlog = self._backlog
-        newest_sequence, newest = backlog[-1]
-        if after == 0:
-            return newest_sequence, newest, 0
-        oldest_sequence = backlog[0][0]
-        index = max(0, after + 1 - oldest_sequence)
-        sequence, sample = backlog[index]
-        if newest.stamp - sample.stamp > self.settings.max_backlog:
-            return newest_sequence, newest, newest_sequence - sequence
-        return sequence, sample, max(0, oldest_sequence - after - 1)
-
-    def _instant_locked(self, after: int) -> Union[Instant, Unavailable]:
-        odometry = self._odometry
-        primary = self.primary
-        if self._imu is None or (odometry is None and self.settings.odometry_only):
-            return Unavailable(primary, 'no message received yet')
-        if self._sequence <= after:
-            age = self.meters[primary].age(self._clock())
-            return Unavailable(primary, f'no sample newer than the last reply for {age:.2f} s '
-                                        '(simulation paused or stopped?)')
-        sequence, imu, skipped = self._next_primary(after)
-        if odometry is None:
-            return Unavailable(ODOMETRY, 'no message received yet')
-        lag = imu.stamp - odometry.stamp
-        if abs(lag) > self.settings.max_odometry_lag:
-            return Unavailable(ODOMETRY, f'stamp is {lag:+.3f} s from the IMU sample '
-                                         f'(max_odometry_lag {self.settings.max_odometry_lag} s)')
-        return Instant(
-            sequence=sequence, stamp=imu.stamp, skipped=skipped, imu=imu, odometry=odometry,
-            ranges=tuple(self._fresh(r, imu.stamp) for r in self._ranges),
-            wind=self._fresh(self._wind, imu.stamp),
-            airspeed=self._fresh(self._airspeed, imu.stamp),
-            battery=self._fresh(self._battery, imu.stamp), rc=self._fresh(self._rc, imu.stamp))
-
-    def _fresh(self, sample, stamp: float):
-        if sample is None or abs(stamp - sample.stamp) > self.settings.max_optional_age:
-            return None
-        return sample
-
-
-def imu_from_odometry(previous: Optional[OdometrySample], current: OdometrySample,
-                      last: Optional[ImuSample]) -> ImuSample:
-    """Gyro and specific force for engines without an IMU, from successive odometry.
-
-    Body rates come from the odometry twist; specific force is the velocity's finite
-    difference less gravity, in the body frame (level at rest: [0, 0, -g]).
-    """
-    dt = 0.0 if previous is None else current.stamp - previous.stamp
-    if dt > 0.0:
-        accel_ned = (np.subtract(current.velocity, previous.velocity)) / dt
-    elif last is not None:
-        ned_from_frd = quaternion_to_matrix(current.quaternion)
-        accel_ned = ned_from_frd @ np.asarray(last.accel) + GRAVITY_NED
-    else:
-        accel_ned = np.zeros(3)
-    specific_force = quaternion_to_matrix(current.quaternion).T @ (accel_ned - GRAVITY_NED)
-    return ImuSample(stamp=current.stamp, gyro=current.gyro,
-                     accel=tuple(float(v) for v in specific_force))
-
-
-def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, float, float],
-             quaternion: Tuple[float, float, float, float]) -> Tuple[float, float]:
-    """Apparent wind: direction (rad clockwise from the nose, 0 head to wind) and speed.
-
-    Values too large to combine give NaN, which the encoder leaves out of the reply.
-    """
-    with np.errstate(over='ignore', invalid='ignore'):
-        air_ned = np.subtract(wind_ned, velocity_ned)
-        air_body = quaternion_to_matrix(quaternion).T @ air_ned
-    direction = math.atan2(-air_body[1], -air_body[0])
-    return direction, math.hypot(air_body[0], air_body[1])
-
-
-def build_reply(instant: Instant, timestamp: float, no_time_sync: bool = False,
-                no_lockstep: bool = False) -> SensorReply:
-    """The reply for one instant: odometry carried from its stamp to the instant's."""
-    odometry, imu = instant.odometry, instant.imu
-    dt = instant.stamp - odometry.stamp
-    px, py, pz = odometry.position
-    vx, vy, vz = odometry.velocity
-    position = (px + vx * dt, py + vy * dt, pz + vz * dt)
-    quaternion = propagate_attitude(odometry.quaternion, imu.gyro, dt)
-    wind = instant.wind
-    return SensorReply(
-        timestamp=timestamp, gyro=imu.gyro, accel_body=imu.accel, position=position,
-        velocity=odometry.velocity, quaternion=quaternion,
-        rangefinders=tuple(None if r is None else r.value for r in instant.ranges),
-        velocity_wind=None if wind is None else wind.value,
-        windvane=None if wind is None else windvane(wind.value, odometry.velocity, quaternion),
-        airspeed=None if instant.airspeed is None else instant.airspeed.value,
-        battery=None if instant.battery is None else instant.battery.value,
-        rc=() if instant.rc is None else instant.rc.value,
-        no_time_sync=no_time_sync, no_lockstep=no_lockstep)
+    @property
+    def grid(self) -> bool:
+        """True when replies follow SITL's frame grid rather than the samples."""
+        return self.settings.pacing == GRID

@@ -14,11 +14,14 @@ class InputMeter:
         self.name = name
         self.count = 0
         self.rejected = 0
+        self.out_of_order = 0
+        self.used = 0
+        self.left_out = 0
         self.last_arrival: Optional[float] = None
-        self.last_stamp: Optional[float] = None
         self._interval: Optional[float] = None
 
-    def record(self, arrival: float, stamp: float) -> None:
+    def record(self, arrival: float) -> None:
+        """Count one message that arrived at monotonic time arrival."""
         if self.last_arrival is not None:
             interval = arrival - self.last_arrival
             if self._interval is None:
@@ -27,7 +30,6 @@ class InputMeter:
                 self._interval += RATE_SMOOTHING * (interval - self._interval)
         self.count += 1
         self.last_arrival = arrival
-        self.last_stamp = stamp
 
     def rate(self) -> float:
         """Messages per second, smoothed; 0 before two messages."""

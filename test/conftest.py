@@ -7,8 +7,9 @@ from typing import Iterator, List
 
 import pytest
 
-from ardupilot_json_bridge.link import LinkSettings, SitlLink
-from ardupilot_json_bridge.state import SensorState, StateSettings
+from ardupilot_json_bridge.link import SitlLink
+from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings
+from ardupilot_json_bridge.state import SensorState
 from sitl_peer import SitlPeer
 
 
@@ -21,10 +22,15 @@ def free_udp_port() -> int:
 
 @pytest.fixture
 def make_link() -> Iterator:
-    """Factory of started links (with their states) that are stopped after the test."""
+    """Factory of started links (with their states) that are stopped after the test.
+
+    Links serve one sample per frame unless state_settings say otherwise, so tests of the
+    session logic control every timestamp.
+    """
     links: List[SitlLink] = []
 
-    def make(state_settings: StateSettings = StateSettings(), on_frame=None, logger=None,
+    def make(state_settings: StateSettings = StateSettings(pacing=SAMPLES), on_frame=None,
+             logger=None,
              **link_settings) -> SitlLink:
         link_settings.setdefault('port', free_udp_port())
         link_settings.setdefault('fresh_timeout', 0.2)

@@ -3,7 +3,7 @@
 import pytest
 
 from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
-from ardupilot_json_bridge.link import LinkSettings
+from ardupilot_json_bridge.settings import LinkSettings
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
 
@@ -51,7 +51,7 @@ def test_unanswered_frames_warn_once():
 def test_inputs(name, count, age, rejected, level, text):
     meter = InputMeter(name)
     for i in range(count):
-        meter.record(float(i), float(i))
+        meter.record(float(i))
     meter.rejected = rejected
     now = (count - 1 + age) if count else 0.0
     status = monitor().input_status(meter, now)

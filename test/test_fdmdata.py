@@ -212,31 +212,40 @@ def test_the_loop_end_to_end(flight, caplog):
     pwm = [1000, 2000, 1750, 1250] + [0] * 12
     with reaped(run_command(simulator, port)) as process:
         try:
-            replies = lock_step(peer, 150, pwm)
+            replies = lock_step(peer, 1800, pwm)
         finally:
             peer.close()
             process.terminate()
             output, errors = process.communicate(timeout=10)
             simulator.close()
-    assert len(replies) == 150, errors
+    assert len(replies) == 1800, errors
+    # A 100 Hz simulator, served on SITL's 1200 Hz grid: every step one frame period.
     timestamps = [r['timestamp'] for r in replies]
-    assert timestamps[0] == 0.0 and all(b > a for a, b in zip(timestamps, timestamps[1:]))
-    assert timestamps[-1] == pytest.approx(1.49, abs=0.3)
+    assert timestamps[0] == 0.0
+    assert all(b - a == pytest.approx(1 / 1200, abs=1e-9)
+               for a, b in zip(timestamps, timestamps[1:]))
     horizontal = math.sqrt(flight.airspeed ** 2 - flight.climb ** 2)
-    for reply in replies[-20:]:
+    # Replies start when SITL first asks, not at the simulator's time 0: headings and
+    # distances are measured from the first reply.
+    first = replies[0]
+    first_yaw = quaternion_to_euler(first['quaternion'])[2]
+    for reply in replies[-240:]:
         roll, pitch, yaw = (math.degrees(a) for a in quaternion_to_euler(reply['quaternion']))
-        heading = math.radians(flight.heading + flight.turn_rate * reply['timestamp'])
+        heading = first_yaw + math.radians(flight.turn_rate * reply['timestamp'])
         assert (roll, pitch) == pytest.approx((flight.roll, flight.pitch), abs=0.01)
         assert math.remainder(math.radians(yaw) - heading, math.tau) == pytest.approx(
-            0.0, abs=math.radians(3.0))
+            0.0, abs=math.radians(1.0))
         assert reply['velocity'][2] == pytest.approx(-flight.climb, abs=1e-5)
         assert math.hypot(*reply['velocity'][:2]) == pytest.approx(horizontal, rel=1e-5)
         assert reply['airspeed'] == pytest.approx(flight.airspeed)
         assert reply['imu.accel_body'][2] < -9.0
     last = replies[-1]
-    travelled = math.hypot(last['position'][0], last['position'][1])
-    assert travelled == pytest.approx(horizontal * last['timestamp'], rel=0.15, abs=1.0)
-    assert last['position'][2] == pytest.approx(-flight.climb * last['timestamp'], abs=0.5)
+    travelled = math.hypot(last['position'][0] - first['position'][0],
+                           last['position'][1] - first['position'][1])
+    chord = horizontal * last['timestamp']
+    assert travelled == pytest.approx(chord, rel=0.15, abs=1.0)
+    assert last['position'][2] - first['position'][2] == pytest.approx(
+        -flight.climb * last['timestamp'], abs=0.5)
     assert simulator.received_controls
     assert simulator.received_controls[-1] == pytest.approx((-1.0, 1.0, -0.5, 0.75))
 

@@ -51,14 +51,10 @@ def expected(timestamp: float) -> dict:
             'yaw': math.pi / 2 - (MOTION.yaw + MOTION.yaw_rate * timestamp)}
 
 
-@pytest.mark.parametrize('storage,distribution', [('sqlite3', 'humble'), ('mcap', 'jazzy')])
-def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
-    bag = str(tmp_path / 'moving')
-    write_motion_bag(bag, MOTION, duration=1.0, imu_rate=400.0, odometry_rate=50.0,
-                     namespace='uav1', start=START, storage=storage,
-                     distribution=distribution)
+def lock_step_replay(run, bag: str, *args: str):
+    """Replay a bag with --rate 0 to the end, as SITL asks: (replies, stdout, stderr)."""
     port = free_udp_port()
-    process = run(bag, '--namespace', 'uav1', '--rate', '0', '--port', str(port))
+    process = run(bag, '--rate', '0', '--port', str(port), *args)
     peer = SitlPeer(port)
     try:
         replies = [first_reply(peer, process)]
@@ -71,6 +67,16 @@ def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
         peer.close()
         output, errors = process.communicate(timeout=20)
     assert process.returncode == 0, errors
+    return replies, output, errors
+
+
+@pytest.mark.parametrize('storage,distribution', [('sqlite3', 'humble'), ('mcap', 'jazzy')])
+def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
+    bag = str(tmp_path / 'moving')
+    write_motion_bag(bag, MOTION, duration=1.0, imu_rate=400.0, odometry_rate=50.0,
+                     namespace='uav1', start=START, storage=storage,
+                     distribution=distribution)
+    replies, output, errors = lock_step_replay(run, bag, '--namespace', 'uav1')
     assert len(replies) == 400
     assert [r['timestamp'] for r in replies[:3]] == pytest.approx([0.0, 0.0025, 0.005])
     for reply in replies:
@@ -84,6 +90,74 @@ def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
         assert math.remainder(yaw - want['yaw'], math.tau) == pytest.approx(0.0, abs=1e-5)
     assert 'replied 400' in output
     assert 'SITL connected' in errors
+
+
+@pytest.mark.parametrize('imu_first, odometry_delay, odometry_rate', [
+    (True, 0.0, 50.0), (False, 0.0, 50.0), (True, 0.005, 50.0), (True, 0.0, 400.0),
+    (False, 0.012, 400.0)])
+def test_lock_step_replay_serves_every_sample_once_in_any_topic_order(
+        run, tmp_path, imu_first, odometry_delay, odometry_rate):
+    bag = str(tmp_path / 'ordered')
+    write_motion_bag(bag, MOTION, duration=0.5, imu_rate=400.0, odometry_rate=odometry_rate,
+                     start=START, imu_first=imu_first, odometry_delay=odometry_delay)
+    replies, _, errors = lock_step_replay(run, bag)
+    # One reply per IMU sample, each 2.5 ms after the last, each at its own instant.
+    assert len(replies) == 200, errors
+    steps = [b['timestamp'] - a['timestamp'] for a, b in zip(replies, replies[1:])]
+    assert steps == pytest.approx([0.0025] * 199, abs=1e-6)
+    first_yaw = quaternion_to_euler(replies[0]['quaternion'])[2]
+    for reply in replies:
+        yaw = quaternion_to_euler(reply['quaternion'])[2]
+        turned = first_yaw - MOTION.yaw_rate * reply['timestamp']
+        assert math.remainder(yaw - turned, math.tau) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_replay_at_a_rate_serves_sitls_grid(run, tmp_path):
+    bag = str(tmp_path / 'slow')
+    write_motion_bag(bag, MOTION, duration=1.5, imu_rate=250.0, odometry_rate=50.0,
+                     start=START)
+    port = free_udp_port()
+    process = run(bag, '--rate', '1', '--port', str(port))
+    peer = SitlPeer(port)
+    try:
+        replies = [first_reply(peer, process)]
+        for _ in range(600):
+            replies.append(peer.step(timeout=1.0))
+    finally:
+        peer.close()
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=20)
+    # A 250 Hz recording, answered on SITL's 1200 Hz grid.
+    steps = [b['timestamp'] - a['timestamp'] for a, b in zip(replies, replies[1:])]
+    assert steps == pytest.approx([1 / 1200] * 600, abs=1e-9)
+    first = replies[0]
+    for reply in replies:
+        moved = [b - a for a, b in zip(first['position'], reply['position'])]
+        want = (MOTION.velocity[1] * reply['timestamp'], MOTION.velocity[0] * reply['timestamp'],
+                -MOTION.velocity[2] * reply['timestamp'])
+        assert moved == pytest.approx(want, abs=1e-6)
+
+
+def test_a_long_bag_is_answered_at_once(run, tmp_path):
+    bag = str(tmp_path / 'long')
+    write_motion_bag(bag, MOTION, duration=30.0, imu_rate=1000.0, odometry_rate=50.0,
+                     storage='mcap', distribution='jazzy')
+    port = free_udp_port()
+    started = time.monotonic()
+    process = run(bag, '--rate', '0', '--port', str(port))
+    peer = SitlPeer(port)
+    try:
+        first_reply(peer, process, attempts=300)
+        answered = time.monotonic() - started
+        for _ in range(100):
+            peer.step()
+    finally:
+        peer.close()
+        process.send_signal(signal.SIGINT)
+        output, errors = process.communicate(timeout=20)
+    # Streaming: the first reply does not wait for 31 500 messages to be read.
+    assert answered < 3.0, answered
+    assert 'replied 101' in output, errors
 
 
 def test_runner_without_a_bag_serves_the_sample_until_stopped(run):

@@ -1,17 +1,21 @@
-"""State assembly: one instant per reply, extrapolation, staleness and optional inputs."""
+"""The state: instants from histories, both pacings, staleness, optional inputs, bad stamps."""
 
+import logging
 import math
 import threading
 
 import pytest
 
+from ardupilot_json_bridge.alignment import History
 from ardupilot_json_bridge.frames import quaternion_to_euler
+from ardupilot_json_bridge.reply import build_reply, imu_from_odometry, windvane
 from ardupilot_json_bridge.samples import ImuSample, OdometrySample, Stamped
-from ardupilot_json_bridge.state import (
-    build_reply, imu_from_odometry, Instant, SensorState, StateSettings, Unavailable, windvane)
+from ardupilot_json_bridge.settings import SAMPLES, StateSettings
+from ardupilot_json_bridge.state import Instant, SensorState, Unavailable
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 REST_ACCEL = (0.0, 0.0, -9.80665)
+LOCK_STEP = StateSettings(pacing=SAMPLES)
 
 
 class FakeClock:
@@ -33,19 +37,20 @@ def imu(stamp, gyro=(0.0, 0.0, 0.0), accel=REST_ACCEL):
 
 def test_no_data_is_unavailable_naming_the_input():
     state = SensorState(StateSettings())
-    result = state.wait_for_instant(0, 0.0)
+    result = state.wait_for_stamp(1.0, 0.0)
     assert isinstance(result, Unavailable) and result.input == 'imu'
     state.push_imu(imu(1.0))
-    result = state.wait_for_instant(0, 0.0)
+    result = state.wait_for_stamp(1.0, 0.0)
     assert isinstance(result, Unavailable) and result.input == 'odometry'
     assert 'no message' in str(result)
 
 
-def test_reply_describes_the_imu_instant():
+def test_odometry_is_carried_forward_to_the_instant():
     state = SensorState(StateSettings())
     state.push_odometry(odometry(10.0, position=(1.0, 2.0, -3.0), velocity=(2.0, -1.0, 0.5)))
+    state.push_imu(imu(10.0, gyro=(0.0, 0.0, 0.5)))
     state.push_imu(imu(10.02, gyro=(0.0, 0.0, 0.5)))
-    instant = state.wait_for_instant(0, 0.0)
+    instant = state.wait_for_stamp(10.02, 0.0)
     assert isinstance(instant, Instant) and instant.stamp == 10.02
     reply = build_reply(instant, 0.25)
     assert reply.timestamp == 0.25
@@ -55,48 +60,90 @@ def test_reply_describes_the_imu_instant():
     assert reply.accel_body == REST_ACCEL and reply.gyro == (0.0, 0.0, 0.5)
 
 
+def test_odometry_newer_than_the_instant_is_carried_back():
+    # Odometry stamped after the instant (negative dt): yaw goes back by rate x 0.02 s.
+    state = SensorState(StateSettings())
+    state.push_imu(imu(9.98, gyro=(0.0, 0.0, 0.5)))
+    state.push_imu(imu(10.0, gyro=(0.0, 0.0, 0.5)))
+    state.push_odometry(odometry(10.0, position=(1.0, 0.0, 0.0), velocity=(2.0, 0.0, 0.0)))
+    reply = build_reply(state.wait_for_stamp(9.98, 0.0), 0.0)
+    assert quaternion_to_euler(reply.quaternion)[2] == pytest.approx(-0.5 * 0.02)
+    assert reply.position == pytest.approx((1.0 - 2.0 * 0.02, 0.0, 0.0))
+
+
+def test_between_close_odometry_samples_values_are_interpolated():
+    state = SensorState(StateSettings())
+    yaw_0 = (math.cos(0.05), 0.0, 0.0, math.sin(0.05))
+    yaw_1 = (math.cos(0.1), 0.0, 0.0, math.sin(0.1))
+    state.push_odometry(odometry(1.0, position=(0.0, 0.0, -1.0), velocity=(1.0, 0.0, 0.0),
+                                 quaternion=yaw_0))
+    state.push_odometry(odometry(1.01, position=(0.01, 0.0, -1.0), velocity=(3.0, 0.0, 0.0),
+                                 quaternion=yaw_1))
+    state.push_imu(imu(1.0, gyro=(0.0, 0.0, 1.0), accel=(0.0, 0.0, -9.0)))
+    state.push_imu(imu(1.01, gyro=(0.0, 0.0, 3.0), accel=(0.0, 0.0, -11.0)))
+    instant = state.wait_for_stamp(1.0075, 0.0)
+    assert instant.position == pytest.approx((0.0075, 0.0, -1.0))
+    assert instant.velocity == pytest.approx((2.5, 0.0, 0.0))
+    # Yaw 0.1 to 0.2 rad, three quarters of the way; rates and specific force likewise.
+    assert quaternion_to_euler(instant.quaternion)[2] == pytest.approx(0.175)
+    assert instant.gyro == pytest.approx((0.0, 0.0, 2.5))
+    assert instant.accel == pytest.approx((0.0, 0.0, -10.5))
+
+
 def test_stale_odometry_is_unavailable_with_its_lag():
     state = SensorState(StateSettings(max_odometry_lag=0.1))
     state.push_odometry(odometry(10.0))
     state.push_imu(imu(10.3))
-    result = state.wait_for_instant(0, 0.0)
+    result = state.wait_for_stamp(10.3, 0.0)
     assert isinstance(result, Unavailable) and result.input == 'odometry'
-    assert '+0.300 s' in result.reason
+    assert '0.300 s from the instant' in result.reason
+
+
+def test_an_instant_past_the_samples_waits_unless_within_the_horizon():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(1.0))
+    state.push_imu(imu(1.0))
+    result = state.wait_for_stamp(1.004, 0.0)
+    assert isinstance(result, Unavailable) and '0.0040 s short' in result.reason
+    ahead = SensorState(StateSettings(horizon=0.005))
+    ahead.push_odometry(odometry(1.0, velocity=(1.0, 0.0, 0.0)))
+    ahead.push_imu(imu(1.0))
+    assert ahead.wait_for_stamp(1.004, 0.0).position == pytest.approx((0.004, 0.0, 0.0))
 
 
 def test_first_reply_starts_at_the_newest_sample():
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     state.push_odometry(odometry(1.0))
     for i in range(100):
         state.push_imu(imu(1.0 + i * 0.001))
-    instant = state.wait_for_instant(0, 0.0)
+    instant = state.wait_for_sample(0, 0.0)
     assert (instant.stamp, instant.skipped) == (pytest.approx(1.099), 0)
 
 
-def test_replies_advance_one_sample_at_a_time():
-    state = SensorState(StateSettings())
+def test_lock_step_replies_advance_one_sample_at_a_time():
+    state = SensorState(LOCK_STEP)
     state.push_odometry(odometry(1.0))
     state.push_imu(imu(0.999))
-    first = state.wait_for_instant(0, 0.0)
+    first = state.wait_for_sample(0, 0.0)
     for i in range(5):
         state.push_imu(imu(1.0 + i * 0.001))
     stamps, after = [], first.sequence
     for _ in range(5):
-        instant = state.wait_for_instant(after, 0.0)
+        instant = state.wait_for_sample(after, 0.0)
         stamps.append(instant.stamp)
         after = instant.sequence
     assert stamps == pytest.approx([1.0, 1.001, 1.002, 1.003, 1.004])
-    assert isinstance(state.wait_for_instant(after, 0.0), Unavailable)
+    assert isinstance(state.wait_for_sample(after, 0.0), Unavailable)
 
 
-def test_backlog_beyond_limit_skips_to_newest():
-    state = SensorState(StateSettings(max_backlog=0.05))
+def test_lock_step_backlog_beyond_limit_skips_to_newest():
+    state = SensorState(StateSettings(max_backlog=0.05, pacing=SAMPLES))
     state.push_odometry(odometry(1.0))
     state.push_imu(imu(0.999))
-    first = state.wait_for_instant(0, 0.0)
+    first = state.wait_for_sample(0, 0.0)
     for i in range(100):
         state.push_imu(imu(1.0 + i * 0.001))
-    instant = state.wait_for_instant(first.sequence, 0.0)
+    instant = state.wait_for_sample(first.sequence, 0.0)
     assert instant.stamp == pytest.approx(1.099)
     assert instant.skipped == 99
 
@@ -106,21 +153,23 @@ def test_wait_wakes_on_a_new_sample():
     state.push_odometry(odometry(1.0))
     timer = threading.Timer(0.05, lambda: state.push_imu(imu(1.0)))
     timer.start()
-    result = state.wait_for_instant(0, 5.0)
+    result = state.wait_for_stamp(1.0, 5.0)
     timer.join()
     assert isinstance(result, Instant)
 
 
 def test_wait_times_out_and_close_wakes_waiters():
     clock = FakeClock()
-    state = SensorState(StateSettings(), clock=clock)
+    state = SensorState(LOCK_STEP, clock=clock)
     state.push_odometry(odometry(1.0))
     state.push_imu(imu(1.0))
     clock.now += 2.0
-    result = state.wait_for_instant(1, 0.0)
+    result = state.wait_for_sample(1, 0.0)
     assert isinstance(result, Unavailable) and 'for 2.00 s' in result.reason
+    assert 'for 2.00 s' in state.wait_for_stamp(1.1, 0.0).reason
     state.close()
-    assert isinstance(state.wait_for_instant(1, 60.0), Unavailable)
+    assert isinstance(state.wait_for_sample(1, 60.0), Unavailable)
+    assert isinstance(state.wait_for_stamp(2.0, 60.0), Unavailable)
     assert state.wait_until_served(60.0)
 
 
@@ -134,8 +183,9 @@ def test_optional_inputs_fresh_and_stale():
     state.push_rc(Stamped(10.0, (1500.0, 1600.0)))
     state.push_wind(Stamped(10.0, (0.0, 5.0, 0.0)))
     state.push_imu(imu(10.0))
-    reply = build_reply(state.wait_for_instant(0, 0.0), 0.0)
+    reply = build_reply(state.wait_for_stamp(10.0, 0.0), 0.0)
     assert reply.rangefinders == (4.0, None)
+    assert state.meters['rangefinder_2'].left_out == 1
     assert reply.airspeed == 12.0 and reply.battery == (12.5, 3.0)
     assert reply.rc == (1500.0, 1600.0)
     assert reply.velocity_wind == (0.0, 5.0, 0.0)
@@ -155,22 +205,66 @@ def test_odometry_only_derives_specific_force_and_gyro():
     state.push_imu(imu(5.0, gyro=(9.0, 9.0, 9.0)))
     state.push_odometry(odometry(1.0, velocity=(0.0, 0.0, 0.0), gyro=(0.0, 0.0, 0.2)))
     state.push_odometry(odometry(1.02, velocity=(0.2, 0.0, 0.0), gyro=(0.0, 0.0, 0.2)))
-    instant = state.wait_for_instant(1, 0.0)
-    assert instant.stamp == 1.02
-    assert instant.imu.gyro == (0.0, 0.0, 0.2)
-    assert instant.imu.accel == pytest.approx((10.0, 0.0, -9.80665))
+    instant = state.wait_for_stamp(1.02, 0.0)
+    assert instant.gyro == (0.0, 0.0, 0.2)
+    assert instant.accel == pytest.approx((10.0, 0.0, -9.80665))
 
 
 def test_odometry_only_level_at_rest():
-    sample = imu_from_odometry(None, odometry(0.0), None)
+    sample = imu_from_odometry(History(1.0), odometry(0.0))
     assert sample.accel == pytest.approx(REST_ACCEL)
+
+
+@pytest.mark.parametrize('jitter', [1e-6, 1e-4, 1e-3])
+def test_odometry_only_stamp_jitter_makes_no_acceleration_spike(jitter):
+    # A vehicle accelerating north at 2 m/s^2, odometry every 4 ms, each stamp shaken.
+    history = History(1.0)
+    worst = 0.0
+    for i in range(50):
+        nominal = 1.0 + 0.004 * i
+        stamp = nominal + (jitter if i % 2 else -jitter)
+        sample = odometry(stamp, velocity=(2.0 * (nominal - 1.0), 0.0, 0.0))
+        derived = imu_from_odometry(history, sample)
+        history.append(stamp, sample)
+        if i > 2:
+            worst = max(worst, abs(derived.accel[0] - 2.0))
+    # Two samples 1 us apart once gave 10 000 m/s^2; now the error stays below the jitter's
+    # share of a difference over at least 4 ms.
+    assert worst < 2.0 * 2 * jitter / 0.004 + 0.5
+
+
+def test_repeated_and_late_stamps_are_dropped_counted_and_named(caplog):
+    state = SensorState(LOCK_STEP, logger=logging.getLogger('test.state'))
+    state.push_odometry(odometry(1.0))
+    with caplog.at_level(logging.WARNING, logger='test.state'):
+        state.push_imu(imu(1.0))
+        state.push_imu(imu(1.001))
+        state.push_imu(imu(1.001))
+        state.push_imu(imu(1.0005))
+        state.push_imu(imu(1.002))
+    assert state.meters['imu'].out_of_order == 2
+    assert 'repeats the stamp' in caplog.text
+    # Only new physics is served, in order, and a lock-step source is never left waiting.
+    first = state.wait_for_sample(0, 0.0)
+    state.mark_served(first.sequence)
+    assert first.stamp == 1.002 and state.wait_until_served(0.0)
+
+
+def test_a_stamp_far_behind_is_a_simulation_reset():
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(100.0))
+    state.push_imu(imu(100.0))
+    state.push_imu(imu(0.001))
+    state.push_odometry(odometry(0.0))
+    assert state.resets == 1
+    assert state.wait_for_stamp(0.001, 0.0).stamp == 0.001
 
 
 def test_meters_count_and_rate():
     clock = FakeClock()
     state = SensorState(StateSettings(), clock=clock)
     for i in range(11):
-        state.push_imu(imu(i * 0.01))
+        state.push_imu(imu(1.0 + i * 0.01))
         clock.now += 0.01
     meter = state.meters['imu']
     assert meter.count == 11
