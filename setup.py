@@ -22,7 +22,7 @@ setup(
     name=PACKAGE,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*', 'benchmarks']),
-    package_data={PACKAGE: ['data/*', 'data/*/*']},
+    package_data={PACKAGE: ['data/*', 'data/*/*', 'models/*.xml']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
         ('share/' + PACKAGE, ['package.xml']),
@@ -31,8 +31,17 @@ setup(
     install_requires=['setuptools', 'numpy', 'PyYAML'],
     extras_require={
         'replay': ['rosbags>=0.10'],
+        'mujoco': ['mujoco>=3.1'],
         'test': ['pytest', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
-                 'catkin_pkg', 'flake8', 'flake8-quotes', 'flake8-import-order'],
+                 'catkin_pkg', 'flake8', 'flake8-quotes', 'flake8-import-order',
+                 'mujoco>=3.1', 'pymavlink'],
+        # ROS 2 core from PyPI wheels, for machines without a ROS install (tests, CI).
+        'jazzy': ['ros-jazzy-rclpy', 'ros-jazzy-rmw-fastrtps-cpp', 'ros-jazzy-sensor-msgs',
+                  'ros-jazzy-nav-msgs', 'ros-jazzy-std-msgs', 'ros-jazzy-geometry-msgs',
+                  'ros-jazzy-diagnostic-msgs', 'ros-jazzy-rosgraph-msgs'],
+        'kilted': ['ros-rclpy>=9', 'ros-rmw-fastrtps-cpp', 'ros-sensor-msgs', 'ros-nav-msgs',
+                   'ros-std-msgs', 'ros-geometry-msgs', 'ros-diagnostic-msgs',
+                   'ros-rosgraph-msgs'],
         'benchmark': ['rosbags>=0.10', 'psutil'],
     },
     zip_safe=True,

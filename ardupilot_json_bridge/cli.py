@@ -1,8 +1,9 @@
-"""`ardupilot-json-bridge`: serve SITL from a bag or an FDMData simulator, without ROS."""
+"""`ardupilot-json-bridge`: serve SITL from MuJoCo, a bag or an FDMData simulator."""
 
 import argparse
 from dataclasses import replace
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,9 +14,11 @@ from ardupilot_json_bridge.bagfile import BagError
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
 from ardupilot_json_bridge.link import LinkError, SitlLink
+from ardupilot_json_bridge.mujoco_vehicle import VehicleError
 from ardupilot_json_bridge.settings import GRID, SAMPLES
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
+PACKAGE = 'ardupilot_json_bridge'
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 
 
@@ -67,6 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help='playback speed; 0 plays as fast as SITL asks (default 1)')
     replay.add_argument('--loop', action='store_true', help='start over at the end')
     _add_link_arguments(replay)
+    engine = commands.add_parser(
+        'mujoco', help='fly a MuJoCo model in lock-step with SITL (no ROS)',
+        description="Step a MuJoCo model once per SITL frame: PWM in through the preset's "
+                    'output group, sensors out. Lock-step: SITL --speedup N runs it N times '
+                    'faster than real time.')
+    engine.add_argument('model', nargs='?', help='MJCF model (default: the shipped quad X)')
+    engine.add_argument('--viewer', action='store_true',
+                        help="open MuJoCo's passive viewer (needs a display)")
+    engine.add_argument('--group', default='motors',
+                        help='output group of the preset that drives the rotors (motors)')
+    _add_link_arguments(engine)
     fdm = commands.add_parser(
         'fdmdata', help='serve SITL from an FDMData (Huginn) flight simulator',
         description="Poll an FDMData simulator's sensors (UDP 10300), serve them to SITL and "
@@ -125,6 +139,55 @@ def serve(link: SitlLink, source, stop: threading.Event) -> int:
     return 0
 
 
+def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
+    """A shipped preset: beside the package in a checkout, under share/ when installed."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(here, '..', 'config'),
+                   os.path.join(sys.prefix, 'share', PACKAGE, 'config')):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return os.path.normpath(path)
+    return None
+
+
+def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
+    from ardupilot_json_bridge.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
+    from ardupilot_json_bridge.state import SensorState
+    preset = args.config or default_preset()
+    if preset is None:
+        raise ConfigError('--config: the quad_x preset was not found; name a ros__parameters '
+                          'file with an output group for the rotors')
+    config = load_config(preset, '', {
+        'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
+    groups = {group.name: group for group in config.outputs}
+    if args.group not in groups:
+        raise ConfigError(f'--group: {preset} has no output group {args.group!r} (it has '
+                          f'{", ".join(groups) or "none"})')
+    vehicle = MujocoVehicle(args.model or DEFAULT_MODEL)
+    state = SensorState(replace(config.state, pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer)
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    logging.getLogger('ardupilot_json_bridge').info(
+        f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
+        f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
+        f'instance {config.link.instance}')
+    try:
+        return serve(link, NoSource(), stop)
+    finally:
+        source.close()
+
+
+class NoSource:
+    """A source with no thread of its own (lock-step sources run in the link's)."""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
 def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.fdmdata_source import (
         FdmDataSettings, FdmDataSource, parse_channels, servo_channels_description)
@@ -161,8 +224,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == 'fdmdata':
             return run_fdmdata(args, stop)
+        if args.command == 'mujoco':
+            return run_mujoco(args, stop)
         return run_replay(args, stop)
-    except (ConfigError, BagError) as error:
+    except (ConfigError, BagError, VehicleError) as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))
         return 2
     except LinkError as error:

@@ -1,0 +1,82 @@
+"""MuJoCo in true lock-step with SITL: each new frame applies its PWM and steps the physics.
+
+The link calls on_frame for every new SITL frame (never for a duplicate, which is answered
+again from the last reply), then serves the sample this pushed: SITL's clock is the model's.
+Nothing runs while SITL is silent, and SITL's --speedup runs the model that much faster.
+"""
+
+import logging
+import time
+from typing import Optional, Tuple
+
+from ardupilot_json_bridge.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
+from ardupilot_json_bridge.mujoco_vehicle import MujocoVehicle, VehicleState
+from ardupilot_json_bridge.protocol import ServoPacket
+from ardupilot_json_bridge.pwm import ActuatorMapper, OutputGroup
+from ardupilot_json_bridge.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.session import DEFAULT_FRAME_RATE
+from ardupilot_json_bridge.state import SensorState
+
+VIEWER_PERIOD = 1.0 / 60.0
+
+
+def _tuple(values) -> Tuple[float, float, float]:
+    return float(values[0]), float(values[1]), float(values[2])
+
+
+def vehicle_samples(state: VehicleState) -> Tuple[ImuSample, OdometrySample]:
+    """The IMU and odometry samples (ArduPilot conventions) of a ROS-convention state."""
+    gyro = _tuple(FLU_TO_FRD @ state.body_rates)
+    quaternion = tuple(float(v) for v in ros_to_ned_frd(*state.orientation))
+    imu = ImuSample(state.time, gyro, _tuple(FLU_TO_FRD @ state.specific_force))
+    odometry = OdometrySample(state.time, _tuple(ENU_TO_NED @ state.position),
+                              _tuple(ENU_TO_NED @ state.velocity), quaternion, gyro)
+    return imu, odometry
+
+
+class MujocoLockStep:
+    """Steps a vehicle once per SITL frame and pushes what its sensors read."""
+
+    def __init__(self, vehicle: MujocoVehicle, state: SensorState, group: OutputGroup,
+                 viewer: bool = False, logger: Optional[logging.Logger] = None) -> None:
+        self.vehicle = vehicle
+        self.state = state
+        self.group = group
+        self.mapper = ActuatorMapper([group])
+        self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
+        self.frames = 0
+        self._viewer = None
+        self._viewer_synced = 0.0
+        if viewer:
+            self._viewer = vehicle.view()
+            if self._viewer is None:
+                self.logger.warning('cannot open the MuJoCo viewer (no display?): running '
+                                    'headless')
+
+    def on_frame(self, packet: ServoPacket) -> None:
+        """Apply the frame's PWM, step one frame period and push the new samples."""
+        speeds = self.mapper.apply(packet.pwm)[self.group.name]
+        self.vehicle.set_rotor_speeds(speeds)
+        self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        self.push()
+        self.frames += 1
+        if self._viewer is not None:
+            now = time.monotonic()
+            if now - self._viewer_synced >= VIEWER_PERIOD:
+                self._viewer_synced = now
+                self._viewer.sync()
+
+    def push(self) -> None:
+        imu, odometry = vehicle_samples(self.vehicle.state())
+        self.state.push_odometry(odometry)
+        self.state.push_imu(imu)
+
+    def on_restart(self) -> None:
+        """SITL started again: the vehicle back on the ground, rotors stopped."""
+        self.vehicle.reset()
+        self.mapper = ActuatorMapper([self.group])
+        self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')
+
+    def close(self) -> None:
+        if self._viewer is not None:
+            self._viewer.close()

@@ -1,0 +1,205 @@
+"""Fly real ArduCopter SITL over MAVLink: EKF ready, GUIDED, arm, take off, hover, land.
+
+Used by the tests where ARDUPILOT_SITL_DIR names a folder with a prebuilt `arducopter` and its
+`copter.parm` (CI sets it when ../shared has them); elsewhere those tests skip.
+"""
+
+from dataclasses import dataclass, field
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Callable, List, Optional, Tuple
+
+SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
+
+
+def sitl_binary(name: str = 'arducopter') -> Optional[str]:
+    """The prebuilt SITL binary, or None where there is none."""
+    folder = os.environ.get(SITL_DIR_VARIABLE, '')
+    path = os.path.join(folder, name)
+    return path if folder and os.access(path, os.X_OK) else None
+
+
+class Sitl:
+    """ArduCopter SITL against a JSON backend on 127.0.0.1, in a scratch folder."""
+
+    def __init__(self, instance: int = 0, speedup: float = 1.0,
+                 extra_parameters: str = '') -> None:
+        binary = sitl_binary()
+        if binary is None:
+            raise RuntimeError(f'set {SITL_DIR_VARIABLE} to a folder with arducopter')
+        self.folder = tempfile.mkdtemp(prefix='sitl-')
+        defaults = os.path.join(os.path.dirname(binary), 'copter.parm')
+        if extra_parameters:
+            extra = os.path.join(self.folder, 'extra.parm')
+            with open(extra, 'w') as stream:
+                stream.write(extra_parameters)
+            defaults += ',' + extra
+        self.log_path = os.path.join(self.folder, 'sitl.log')
+        self._log = open(self.log_path, 'w')
+        self.process = subprocess.Popen(
+            [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I',
+             str(instance), '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
+            cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
+        self.mavlink_port = 5760 + 10 * instance
+
+    def log(self) -> str:
+        self._log.flush()
+        with open(self.log_path) as stream:
+            return stream.read()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> 'Sitl':
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+@dataclass
+class FlightRecord:
+    """What a flight showed: SITL's messages and (sim time s, altitude m, truth m) samples."""
+
+    texts: List[str] = field(default_factory=list)
+    hover: List[Tuple[float, float, float]] = field(default_factory=list)
+    armed: bool = False
+    reached: bool = False
+    landed: bool = False
+    gyro_rate: Optional[float] = None
+    wall_seconds: float = 0.0
+    sim_seconds: float = 0.0
+
+    def worst_hover_error(self, altitude: float) -> float:
+        return max(abs(alt - altitude) for _, alt, _ in self.hover)
+
+    def worst_truth_error(self) -> float:
+        return max(abs(alt - truth) for _, alt, truth in self.hover)
+
+
+class Flight:
+    """A MAVLink session with one SITL instance."""
+
+    def __init__(self, port: int, timeout: float = 60.0) -> None:
+        from pymavlink import mavutil
+        self.mavutil = mavutil
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.mav = mavutil.mavlink_connection(f'tcp:127.0.0.1:{port}',
+                                                      source_system=255, autoreconnect=False)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.mav.wait_heartbeat(timeout=timeout)
+        self.record = FlightRecord()
+        self.boot_ms = 0
+        self.relative_alt = 0.0
+        self.ekf_flags = 0
+        self.origin_set = False
+        self.mav.mav.request_data_stream_send(
+            self.mav.target_system, self.mav.target_component,
+            mavutil.mavlink.MAV_DATA_STREAM_ALL, 20, 1)
+
+    def pump(self, seconds: float) -> None:
+        """Read messages for seconds of wall time, keeping what the flight needs."""
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            message = self.mav.recv_match(blocking=True, timeout=min(remaining, 0.2))
+            if message is None:
+                continue
+            kind = message.get_type()
+            if kind == 'STATUSTEXT':
+                self.record.texts.append(message.text)
+                if 'origin set' in message.text.lower():
+                    self.origin_set = True
+                if 'gyro' in message.text.lower() and 'rate' in message.text.lower():
+                    pass
+            elif kind == 'EKF_STATUS_REPORT':
+                self.ekf_flags = message.flags
+            elif kind == 'GLOBAL_POSITION_INT':
+                self.relative_alt = message.relative_alt / 1000.0
+                self.boot_ms = message.time_boot_ms
+            elif kind == 'SYSTEM_TIME':
+                self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+
+    def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            self.pump(0.2)
+        return True
+
+    def set_mode(self, mode: str) -> None:
+        self.mav.set_mode(self.mav.mode_mapping()[mode])
+
+    def arm(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.set_mode('GUIDED')
+            self.mav.arducopter_arm()
+            self.pump(1.0)
+            if self.mav.motors_armed():
+                return True
+        return False
+
+    def takeoff(self, altitude: float) -> None:
+        mavlink = self.mavutil.mavlink
+        self.mav.mav.command_long_send(self.mav.target_system, self.mav.target_component,
+                                       mavlink.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 0,
+                                       altitude)
+
+    def close(self) -> None:
+        self.mav.close()
+
+
+def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
+        timeout: float = 240.0) -> FlightRecord:
+    """EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
+
+    truth gives the simulator's own height above its start, sampled with SITL's altitude.
+    """
+    started = time.monotonic()
+    flight = Flight(port)
+    record = flight.record
+    try:
+        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
+                            timeout / 2)
+        if not ready:
+            return record
+        record.armed = flight.arm(timeout / 4)
+        if not record.armed:
+            return record
+        flight.takeoff(altitude)
+        record.reached = flight.wait(lambda: flight.relative_alt > altitude - 0.3, timeout / 4)
+        if not record.reached:
+            return record
+        flight.pump(2.0)
+        begin = flight.boot_ms
+        while flight.boot_ms - begin < hold * 1000 and time.monotonic() - started < timeout:
+            flight.pump(0.05)
+            record.hover.append((flight.boot_ms / 1000.0, flight.relative_alt, truth()))
+        record.sim_seconds = (flight.boot_ms - begin) / 1000.0
+        flight.set_mode('LAND')
+        record.landed = flight.wait(lambda: not flight.mav.motors_armed(), timeout / 4)
+    finally:
+        record.wall_seconds = time.monotonic() - started
+        flight.close()
+    return record

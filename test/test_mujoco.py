@@ -1,0 +1,111 @@
+"""The MuJoCo engine: the quad X's physics signs, lock-step serving, and real ArduCopter."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
+
+from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
+from ardupilot_json_bridge.link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.mujoco_source import MujocoLockStep  # noqa: E402
+from ardupilot_json_bridge.mujoco_vehicle import MujocoVehicle  # noqa: E402
+from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.state import SensorState  # noqa: E402
+from conftest import free_udp_port  # noqa: E402
+import sitl_flight  # noqa: E402
+from sitl_peer import SitlPeer  # noqa: E402
+
+HOVER_SPEED = math.sqrt(1.21 * 9.80665 / 4 / 1.6758e-5)
+
+
+def fly_open_loop(speeds, seconds: float) -> MujocoVehicle:
+    vehicle = MujocoVehicle()
+    vehicle.set_rotor_speeds(speeds)
+    vehicle.advance(seconds)
+    return vehicle
+
+
+def test_hover_speed_holds_the_vehicle_up():
+    vehicle = fly_open_loop([HOVER_SPEED * 1.05] * 4, 0.6)
+    rising = fly_open_loop([HOVER_SPEED * 1.05] * 4, 1.2).state()
+    assert rising.position[2] > vehicle.state().position[2] > 0.07
+    assert abs(rising.body_rates[2]) < 1e-6
+
+
+def test_ccw_rotors_faster_turn_the_vehicle_clockwise_from_above():
+    # ArduCopter yaws right (clockwise seen from above) by speeding up its CCW rotors 1 and 2.
+    state = fly_open_loop([HOVER_SPEED * 1.1, HOVER_SPEED * 1.1, HOVER_SPEED * 0.95,
+                           HOVER_SPEED * 0.95], 0.5).state()
+    assert state.body_rates[2] < -0.05          # FLU z up: clockwise is negative
+    assert abs(state.body_rates[0]) < 0.01 and abs(state.body_rates[1]) < 0.01
+
+
+def test_front_right_rotor_out_falls_to_the_front_right():
+    state = fly_open_loop([0.0, HOVER_SPEED * 1.1, HOVER_SPEED * 1.1, HOVER_SPEED * 1.1],
+                          0.3).state()
+    assert state.body_rates[0] > 0.1            # FLU roll about forward: right side down
+    assert state.body_rates[1] > 0.1            # FLU pitch about left: nose down
+
+
+def test_at_rest_the_imu_reads_gravitys_reaction():
+    state = fly_open_loop([0.0] * 4, 0.5).state()
+    assert state.specific_force == pytest.approx((0.0, 0.0, 9.80665), abs=1e-3)
+    assert state.orientation == pytest.approx((0.0, 0.0, 0.0, 1.0), abs=1e-6)
+
+
+def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
+    config = load_config(default_preset(), '', {})
+    vehicle = MujocoVehicle()
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, config.outputs[0])
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    try:
+        replies = [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(600)]
+        peer.send(frame_count=peer.frame_count - 1, pwm=[1700] * 4 + [0] * 12)
+        assert peer.receive() is not None
+        assert source.frames == 600                      # the duplicate did not step
+        steps = np.diff([r['timestamp'] for r in replies])
+        assert np.allclose(steps, 1 / 1200, atol=1e-9)
+        # Full power for 0.5 s: climbing (NED down velocity negative), level.
+        ground = replies[0]['position'][2]
+        assert replies[-1]['velocity'][2] < -1.0 and replies[-1]['position'][2] < ground - 0.2
+        peer.frame_count = 0
+        reply = peer.step(pwm=[1000] * 4 + [0] * 12)
+        assert reply['timestamp'] == 0.0
+        assert reply['position'][2] == pytest.approx(ground, abs=0.01)
+    finally:
+        peer.close()
+        link.stop()
+
+
+@pytest.mark.skipif(sitl_flight.sitl_binary() is None,
+                    reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
+                           'with arducopter and copter.parm')
+def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
+    config = load_config(default_preset(), '', {'port': 0, 'instance': 3})
+    vehicle = MujocoVehicle()
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, config.outputs[0])
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    start = vehicle.state().position[2]
+    try:
+        with sitl_flight.Sitl(instance=3, speedup=2) as sitl:
+            record = sitl_flight.fly(sitl.mavlink_port, 5.0, 5.0,
+                                     lambda: vehicle.state().position[2] - start)
+            log = sitl.log()
+    finally:
+        link.stop()
+    assert record.armed and record.reached, (record.texts, log[-2000:])
+    assert record.sim_seconds >= 5.0
+    assert record.worst_hover_error(5.0) < 0.5, record.hover
+    assert record.worst_truth_error() < 0.5, record.hover
+    assert record.landed, record.texts
+    print(f'lock-step flight: {vehicle.time:.1f} s of physics in {record.wall_seconds:.1f} s; '
+          f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
+          f'{record.worst_truth_error():.3f} m')
