@@ -61,7 +61,9 @@ class SitlLink:
                  on_frame: Optional[FrameCallback] = None,
                  logger: Optional[logging.Logger] = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_restart: Optional[RestartCallback] = None) -> None:
+                 on_restart: Optional[RestartCallback] = None,
+                 sock: Optional[socket.socket] = None) -> None:
+        """Bind the settings' port, or serve on sock, bound already by the caller."""
         self.settings = settings
         self.state = state
         self.on_frame = on_frame
@@ -72,7 +74,8 @@ class SitlLink:
         self.session = SitlSession()
         self._clock = clock
         self._prefix = f'SITL instance {settings.instance}: '
-        self._sock = bind_udp(settings.bind_address, settings.listen_port, settings.instance)
+        self._sock = sock or bind_udp(settings.bind_address, settings.listen_port,
+                                      settings.instance)
         self.address: Address = self._sock.getsockname()[:2]
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None

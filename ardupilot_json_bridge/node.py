@@ -36,12 +36,11 @@ from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
     ParameterSpec)
 from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
-from ardupilot_json_bridge.link import LinkError, SitlLink
-from ardupilot_json_bridge.protocol import ServoPacket
+from ardupilot_json_bridge.link import bind_udp, LinkError
+from ardupilot_json_bridge.link_process import LinkProcess
 from ardupilot_json_bridge.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.routes import deliver, input_routes
-from ardupilot_json_bridge.state import SensorState
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
 # publishers alike; only the newest sample matters.
@@ -57,7 +56,7 @@ DIAGNOSTICS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
 DIAGNOSTICS_PERIOD = 1.0
 # Settings the link and state can take while running; the rest are read-only.
 LIVE_SETTINGS = ('fresh_timeout', 'peer_timeout', 'max_odometry_lag', 'max_optional_age',
-                 'max_backlog')
+                 'max_backlog', 'horizon')
 LEVELS = {Level.OK: 'OK', Level.WARN: 'WARN', Level.ERROR: 'ERROR', Level.STALE: 'STALE'}
 
 
@@ -129,9 +128,14 @@ class JsonSitlBridge(Node):
         self.core_logger.setLevel(logging.INFO)
         self.core_logger.propagate = False
         self.warnings = RateLimitedLog(self.core_logger)
-        self.config = config_from_parameters(self._declare_parameters())
-        self.state = SensorState(self.config.state)
+        parameters = self._declare_parameters()
+        self.config = config_from_parameters(parameters)
         self.classes = rclpy_message_classes()
+        link = self.config.link
+        self._udp = bind_udp(link.bind_address, link.listen_port, link.instance)
+        # The link runs in a process of its own, out of the executor's way; this one converts
+        # messages and forwards the samples, and publishes what comes back.
+        self.state = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger)
         self.routes = input_routes(self.config, self.state)
         for route in self.routes:
             self.create_subscription(
@@ -157,9 +161,9 @@ class JsonSitlBridge(Node):
             [r.name for r in self.routes if r.mandatory])
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                            DIAGNOSTICS_QOS)
-        self.link = SitlLink(self.config.link, self.state, on_frame=self._on_frame,
-                             logger=self.core_logger)
-        self.link.start()
+        self.core_logger.info(f'SITL instance {link.instance}: listening on UDP '
+                              f'{link.bind_address}:{self._udp.getsockname()[1]} for ArduPilot '
+                              'SITL (--model JSON:<this host>)')
         self.diagnostics_timer = self.create_timer(
             DIAGNOSTICS_PERIOD, self.publish_diagnostics,
             clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -200,21 +204,21 @@ class JsonSitlBridge(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _on_frame(self, packet: ServoPacket) -> None:
+    def _on_pwm(self, pwm: List[int], frame_rate: int) -> None:
         stamp = self._now()
-        values = self.mapper.apply(packet.pwm)
+        values = self.mapper.apply(pwm)
         for group in self.groups:
             for topic, message in group_messages(self.classes, group, values[group.name],
                                                  stamp):
                 self.command_publishers[topic].publish(message)
         if self.pwm_publisher is not None:
-            self.pwm_publisher.publish(pwm_message(self.classes, packet.pwm))
+            self.pwm_publisher.publish(pwm_message(self.classes, pwm))
 
     def publish_diagnostics(self) -> None:
         """Publish the link's and the inputs' statuses on /diagnostics."""
         report = DiagnosticArray()
         report.header.stamp = self.get_clock().now().to_msg()
-        for status in self.monitor.statuses(self.link.stats, list(self.state.meters.values()),
+        for status in self.monitor.statuses(self.state.stats, self.state.meters,
                                             time.monotonic()):
             report.status.append(DiagnosticStatus(
                 level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
@@ -231,19 +235,31 @@ class JsonSitlBridge(Node):
             config = config_from_parameters({**current, **changes})
         except ConfigError as error:
             return SetParametersResult(successful=False, reason=str(error))
-        self.link.settings = replace(self.link.settings,
-                                     fresh_timeout=config.link.fresh_timeout,
-                                     peer_timeout=config.link.peer_timeout)
-        self.state.settings = replace(self.state.settings,
-                                      max_odometry_lag=config.state.max_odometry_lag,
-                                      max_optional_age=config.state.max_optional_age,
-                                      max_backlog=config.state.max_backlog)
+        self.config = replace(
+            self.config,
+            link=replace(self.config.link, fresh_timeout=config.link.fresh_timeout,
+                         peer_timeout=config.link.peer_timeout),
+            state=replace(self.config.state, max_odometry_lag=config.state.max_odometry_lag,
+                          max_optional_age=config.state.max_optional_age,
+                          max_backlog=config.state.max_backlog, horizon=config.state.horizon))
+        self.state.update_settings(self.config.link, self.config.state)
         return SetParametersResult(successful=True)
 
     def destroy_node(self) -> None:
-        """Stop the link (releasing its port) before the node goes."""
-        self.link.stop()
-        self.core_logger.removeHandler(self._log_handler)
+        """Stop the link process (releasing its port) before the node goes.
+
+        Safe on a node whose construction failed: Kilted's rclpy.shutdown() destroys every
+        node of the context, half-built ones included.
+        """
+        state = getattr(self, 'state', None)
+        if state is not None:
+            state.close()
+        udp = getattr(self, '_udp', None)
+        if udp is not None:
+            udp.close()
+        handler = getattr(self, '_log_handler', None)
+        if handler is not None:
+            self.core_logger.removeHandler(handler)
         super().destroy_node()
 
 

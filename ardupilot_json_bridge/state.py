@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import logging
 import threading
 import time
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ardupilot_json_bridge.alignment import Appended, History, imu_at, odometry_at
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
@@ -39,6 +39,13 @@ HISTORY_MARGIN = 0.1
 def rangefinder_name(index: int) -> str:
     """Input name of rangefinder index (0-based), as logs and diagnostics show it."""
     return f'rangefinder_{index + 1}'
+
+
+def input_names(settings: StateSettings) -> List[str]:
+    """Every input a state with these settings meters, mandatory ones first."""
+    names = [ODOMETRY] if settings.odometry_only else [IMU, ODOMETRY]
+    names += [rangefinder_name(i) for i in range(settings.rangefinder_count)]
+    return names + [WIND, AIRSPEED, BATTERY, RC]
 
 
 @dataclass(slots=True)
@@ -90,16 +97,15 @@ class SensorState:
                    settings.max_optional_age) + HISTORY_MARGIN
         self._imu: History[ImuSample] = History(keep)
         self._odometry: History[OdometrySample] = History(keep)
-        names = [rangefinder_name(i) for i in range(settings.rangefinder_count)]
-        names += [WIND, AIRSPEED, BATTERY, RC]
-        self._optional: Dict[str, History[Stamped]] = {n: History(keep) for n in names}
-        self._range_names = tuple(names[:settings.rangefinder_count])
+        names = input_names(settings)
+        optional = names[1 if settings.odometry_only else 2:]
+        self._optional: Dict[str, History[Stamped]] = {n: History(keep) for n in optional}
+        self._range_names = tuple(optional[:settings.rangefinder_count])
         self._sequence = 0
         self._served = 0
         self._resets = 0
         self._closed = False
-        meters = [ODOMETRY] if settings.odometry_only else [IMU, ODOMETRY]
-        self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in meters + names}
+        self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
     @property
     def primary(self) -> str:

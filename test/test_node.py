@@ -112,7 +112,7 @@ def test_node_declares_its_parameters(harness):
     result = node.set_parameters([Parameter('instance', value=3)])[0]
     assert not result.successful
     assert node.set_parameters([Parameter('fresh_timeout', value=0.3)])[0].successful
-    assert node.link.settings.fresh_timeout == 0.3
+    assert node.config.link.fresh_timeout == 0.3
     refused = node.set_parameters([Parameter('fresh_timeout', value=-1.0)])[0]
     assert not refused.successful
 
@@ -173,7 +173,7 @@ def test_node_reports_diagnostics(harness):
     link = names['uav3/json_sitl_bridge: SITL link']
     assert 'waiting for SITL' in link.message
     assert names['uav3/json_sitl_bridge: input imu'].level == b'\x02'
-    assert node.link.stats.received == 0
+    assert node.state.stats.received == 0
 
 
 def test_two_vehicles_do_not_interfere(harness):
@@ -191,62 +191,59 @@ def test_two_vehicles_do_not_interfere(harness):
     assert results[1][-1]['position'][1] == pytest.approx(20.0, abs=0.05)
 
 
-def test_a_bag_gives_the_same_replies_through_the_node_and_the_runner(harness, tmp_path):
-    import subprocess
-    import sys
+def test_recorded_topics_through_the_node_give_the_motion_on_sitls_grid(harness, tmp_path):
+    import math
     from rclpy.serialization import deserialize_message
     from ardupilot_json_bridge.bagfile import read_messages, typestore
+    from ardupilot_json_bridge.frames import quaternion_to_euler
     from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
-    from conftest import reaped
 
+    motion = SteadyMotion(position=(3.0, 4.0, 10.0), velocity=(2.0, -1.0, 0.5), yaw=0.4,
+                          yaw_rate=0.2)
     bag = str(tmp_path / 'recorded')
-    write_motion_bag(bag, SteadyMotion(position=(3.0, 4.0, 10.0), velocity=(2.0, -1.0, 0.5),
-                                       yaw=0.4, yaw_rate=0.2),
-                     duration=0.25, imu_rate=400.0, odometry_rate=50.0, namespace='rec',
-                     start=100.0)
-    runner_port, node_port = free_udp_port(), free_udp_port()
-    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'replay', bag,
-               '--namespace', 'rec', '--rate', '0', '--port', str(runner_port)]
-    peer = SitlPeer(runner_port)
-    runner_replies = []
-    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)):
-        for _ in range(100):
-            peer.send(frame_count=0)
-            datagram = peer.receive(0.1)
-            if datagram is not None:
-                runner_replies.append(parse_reply(datagram))
-                peer.frame_count = 1
-                break
-        while True:
-            try:
-                runner_replies.append(peer.step(timeout=1.0))
-            except TimeoutError:
-                break
-    peer.close()
-
-    harness.bridge('rec', port=node_port)
+    write_motion_bag(bag, motion, duration=0.25, imu_rate=400.0, odometry_rate=50.0,
+                     namespace='rec', start=100.0)
+    node_port = free_udp_port()
+    harness.bridge('rec', port=node_port, fresh_timeout=0.05, max_backlog=1.0)
     store = typestore('humble')
     publishers = {'/rec/imu': harness.sim.create_publisher(Imu, '/rec/imu', RELIABLE),
                   '/rec/odom': harness.sim.create_publisher(Odometry, '/rec/odom', RELIABLE)}
     classes = {'/rec/imu': Imu, '/rec/odom': Odometry}
     time.sleep(0.5)
     peer = SitlPeer(node_port)
-    node_replies = []
+    replies = []
     try:
-        for message in read_messages(bag, publishers):
+        for index, message in enumerate(read_messages(bag, publishers)):
             ros_message = deserialize_message(
                 bytes(store.serialize_cdr(message.message, message.message.__msgtype__)),
                 classes[message.topic])
             publishers[message.topic].publish(ros_message)
-            if message.topic == '/rec/imu':
-                node_replies.append(peer.step(timeout=2.0))
+            if index == 3:
+                time.sleep(0.2)
+                replies.append(peer.step(timeout=2.0))
+        time.sleep(0.5)
+        while True:
+            try:
+                replies.append(peer.step(timeout=0.3))
+            except TimeoutError:
+                break
     finally:
         peer.close()
-    assert len(node_replies) == len(runner_replies) == 100
-    for live, replayed in zip(node_replies, runner_replies):
-        assert live['timestamp'] == pytest.approx(replayed['timestamp'], abs=1e-9)
-        for key in ('position', 'velocity', 'quaternion', 'imu.gyro', 'imu.accel_body'):
-            assert live[key] == pytest.approx(replayed[key], abs=1e-6), key
+    # From the 4th message to the bag's last IMU sample (0.2375 s later at most), 1200 a second.
+    assert 200 <= len(replies) <= 290
+    steps = [b['timestamp'] - a['timestamp'] for a, b in zip(replies, replies[1:])]
+    assert steps == pytest.approx([1 / 1200] * len(steps), abs=1e-9)
+    first = replies[0]
+    first_yaw = quaternion_to_euler(first['quaternion'])[2]
+    for reply in replies:
+        t = reply['timestamp']
+        moved = [b - a for a, b in zip(first['position'], reply['position'])]
+        east, north, up = (v * t for v in motion.velocity)
+        assert moved == pytest.approx((north, east, -up), abs=1e-6)
+        yaw = quaternion_to_euler(reply['quaternion'])[2]
+        assert math.remainder(yaw - (first_yaw - motion.yaw_rate * t), math.tau) == \
+            pytest.approx(0.0, abs=1e-6)
+        assert reply['imu.gyro'] == pytest.approx((0.0, 0.0, -motion.yaw_rate), abs=1e-6)
 
 
 def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
