@@ -54,6 +54,7 @@ setup(
         'console_scripts': [
             'ardupilot-json-bridge = ardupilot_json_bridge.cli:main',
             'bridge = ardupilot_json_bridge.node:main',
+            'mujoco_sim = ardupilot_json_bridge.mujoco_sim:main',
         ],
     },
 )

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='ardupilot-json-bridge',
         description='Serve ArduPilot SITL (--model JSON:<ip>) without ROS.')
+    parser.epilog = ('With ROS 2: `ardupilot-json-bridge node --ros-args ...` runs the bridge '
+                     'node, `ardupilot-json-bridge mujoco-sim --ros-args ...` the MuJoCo '
+                     'simulator node.')
     commands = parser.add_subparsers(dest='command', required=True)
     replay = commands.add_parser(
         'replay', help="serve SITL from a rosbag2 of a simulator's topics",
@@ -216,6 +219,14 @@ def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] in (['node'], ['mujoco-sim']):
+        # The ROS 2 nodes, with ROS's own arguments (--ros-args ...).
+        if arguments[0] == 'node':
+            from ardupilot_json_bridge.node import main as node_main
+            return node_main(['ardupilot-json-bridge'] + arguments[1:])
+        from ardupilot_json_bridge.mujoco_sim import main as sim_main
+        return sim_main(['mujoco_sim'] + arguments[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     stop = threading.Event()

@@ -161,9 +161,6 @@ class JsonSitlBridge(Node):
             [r.name for r in self.routes if r.mandatory])
         self.diagnostics_publisher = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                            DIAGNOSTICS_QOS)
-        self.core_logger.info(f'SITL instance {link.instance}: listening on UDP '
-                              f'{link.bind_address}:{self._udp.getsockname()[1]} for ArduPilot '
-                              'SITL (--model JSON:<this host>)')
         self.diagnostics_timer = self.create_timer(
             DIAGNOSTICS_PERIOD, self.publish_diagnostics,
             clock=Clock(clock_type=ClockType.STEADY_TIME))
