@@ -149,6 +149,11 @@ def main(args: Optional[List[str]] = None) -> int:
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # SIGTERM shuts the context down under the executor, which then fails to wait
+        # (RCLError on Jazzy): that is a shutdown, not a crash.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             node.destroy_node()

@@ -271,6 +271,11 @@ def main(args: Optional[List[str]] = None) -> int:
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # SIGTERM shuts the context down under the executor, which then fails to wait
+        # (RCLError on Jazzy): that is a shutdown, not a crash.
+        if rclpy.ok():
+            raise
     finally:
         # A terminal's Ctrl-C reaches the node twice under ros2 launch (the process group's
         # and launch's own); the second must not interrupt the cleanup.

@@ -1,0 +1,60 @@
+"""Real ArduCopter flies through the bridge node, fed by a free-running ROS 2 simulator.
+
+The node and mujoco_sim run as users start them (`ardupilot-json-bridge node` and
+`ardupilot-json-bridge mujoco-sim`, with --ros-args), in a namespace, on simulated time. Skips
+where rclpy, mujoco or the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip install '
+                                    "'.[jazzy]'")
+pytest.importorskip('mujoco', reason='needs the mujoco package')
+
+from conftest import reaped  # noqa: E402
+import sitl_flight  # noqa: E402
+
+CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
+
+
+def start(*arguments: str, environment: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', *arguments],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=environment)
+
+
+@pytest.mark.skipif(sitl_flight.sitl_binary() is None,
+                    reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
+                           'with arducopter and copter.parm')
+# 1 kHz IMU flies by hand but is not yet reliable on 2 cores (node CPU): see issue 11.
+@pytest.mark.parametrize('imu_rate, odom_rate', [(250, 250)])
+def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
+    environment = dict(os.environ, ROS_DOMAIN_ID=str(60 + imu_rate % 7),
+                       ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    instance = 2
+    with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/quad', '-p',
+                      f'imu_rate:={imu_rate}.0', '-p', f'odom_rate:={odom_rate}.0',
+                      environment=environment)) as sim, \
+            reaped(start('node', '--ros-args', '-r', '__ns:=/quad', '--params-file', CONFIG,
+                         '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
+                         environment=environment)) as node:
+        with sitl_flight.Sitl(instance=instance, speedup=1) as sitl:
+            record = sitl_flight.fly(sitl.mavlink_port, 5.0, 5.0, lambda: 0.0)
+            log = sitl.log()
+        for process in (node, sim):
+            process.terminate()
+        node_output, _ = node.communicate(timeout=15)
+        sim_output, _ = sim.communicate(timeout=15)
+    assert node.returncode == 0 and sim.returncode == 0, node_output + sim_output
+    assert record.armed and record.reached, (record.texts, node_output, log[-2000:])
+    assert record.sim_seconds >= 5.0
+    assert record.worst_hover_error(5.0) < 0.5, record.hover
+    assert record.landed, record.texts
+    assert 'Traceback' not in node_output + sim_output
+    print(f'flight through the node ({imu_rate} Hz IMU): hover error '
+          f'{record.worst_hover_error(5.0):.3f} m over {record.sim_seconds:.1f} s, '
+          f'{record.wall_seconds:.0f} s wall')
