@@ -83,7 +83,7 @@ def test_readme_commands_are_what_ci_runs():
         text = readme.read()
     with open(os.path.join(ROOT, '.ci', 'run')) as ci:
         script = ci.read()
-    assert "pip install -e '.[test]' && python -m pytest -ra test/" in text
-    assert "python -m pip install --quiet -e '.[test]'" in script
+    assert "pip install -e '.[test,jazzy]' && python -m pytest -ra test/" in text
+    assert "python -m pip install --quiet -e '.[test,jazzy]'" in script
     assert 'python -m pytest -ra test/' in script
-    assert "pip install '.[replay]' && ardupilot-json-bridge replay" in text
+    assert "pip install '.[mujoco]' && ardupilot-json-bridge mujoco" in text
