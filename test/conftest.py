@@ -21,6 +21,18 @@ def free_udp_port() -> int:
 
 
 @pytest.fixture
+def patient_config(tmp_path) -> str:
+    """A parameters file letting a test's SITL peer lag a real-time source by up to 10 s.
+
+    On a busy 2-core machine the peer can fall more than the default 50 ms behind; the grid
+    would then rightly skip ahead, and tests of exact frame steps would see that jump.
+    """
+    path = tmp_path / 'patient.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    max_backlog: 10.0\n')
+    return str(path)
+
+
+@pytest.fixture
 def make_link() -> Iterator:
     """Factory of started links (with their states) that are stopped after the test.
 

@@ -205,12 +205,12 @@ def lock_step(peer, count, pwm, timeout=5.0):
 
 
 @pytest.mark.parametrize('flight', [CLIMB, TURN], ids=['climb', 'turn'])
-def test_the_loop_end_to_end(flight, caplog):
+def test_the_loop_end_to_end(flight, caplog, patient_config):
     simulator = FdmDataServer(flight)
     port = free_udp_port()
     peer = SitlPeer(port)
     pwm = [1000, 2000, 1750, 1250] + [0] * 12
-    with reaped(run_command(simulator, port)) as process:
+    with reaped(run_command(simulator, port, '--config', patient_config)) as process:
         try:
             replies = lock_step(peer, 1800, pwm)
         finally:

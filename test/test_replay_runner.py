@@ -112,12 +112,12 @@ def test_lock_step_replay_serves_every_sample_once_in_any_topic_order(
         assert math.remainder(yaw - turned, math.tau) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_replay_at_a_rate_serves_sitls_grid(run, tmp_path):
+def test_replay_at_a_rate_serves_sitls_grid(run, tmp_path, patient_config):
     bag = str(tmp_path / 'slow')
     write_motion_bag(bag, MOTION, duration=1.5, imu_rate=250.0, odometry_rate=50.0,
                      start=START)
     port = free_udp_port()
-    process = run(bag, '--rate', '1', '--port', str(port))
+    process = run(bag, '--rate', '1', '--port', str(port), '--config', patient_config)
     peer = SitlPeer(port)
     try:
         replies = [first_reply(peer, process)]
