@@ -13,8 +13,6 @@ import time
 from typing import Any, List, Optional
 
 from nav_msgs.msg import Odometry
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -22,6 +20,7 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64MultiArray
 
 from ardupilot_json_bridge.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
+from ardupilot_json_bridge.node import run_node
 
 # Rotor commands: reliable, as the bridge publishes them.
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
@@ -139,27 +138,7 @@ class MujocoSim(Node):
 
 
 def main(args: Optional[List[str]] = None) -> int:
-    rclpy.init(args=args)
-    node: Optional[MujocoSim] = None
-    try:
-        node = MujocoSim()
-        rclpy.spin(node)
-    except (VehicleError, ValueError) as error:
-        rclpy.logging.get_logger('mujoco_sim').fatal(str(error))
-        return 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # SIGTERM shuts the context down under the executor, which then fails to wait
-        # (RCLError on Jazzy): that is a shutdown, not a crash.
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError), args)
 
 
 if __name__ == '__main__':

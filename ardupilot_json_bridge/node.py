@@ -12,7 +12,7 @@ import logging
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -260,14 +260,20 @@ class JsonSitlBridge(Node):
         super().destroy_node()
 
 
-def main(args: Optional[List[str]] = None) -> int:
+def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
+             args: Optional[List[str]] = None) -> int:
+    """Init rclpy, spin the node factory makes, and clean up: the main of every node here.
+
+    An exception in fatal (a bad parameter, a port in use) is one FATAL line and exit 1;
+    Ctrl-C and SIGTERM are a clean exit 0.
+    """
     rclpy.init(args=args)
-    node: Optional[JsonSitlBridge] = None
+    node: Optional[Node] = None
     try:
-        node = JsonSitlBridge()
+        node = factory()
         rclpy.spin(node)
-    except (ConfigError, LinkError, ParameterException, NameValidationException) as error:
-        rclpy.logging.get_logger(NODE_NAME).fatal(str(error))
+    except fatal as error:
+        rclpy.logging.get_logger(name).fatal(str(error))
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -285,6 +291,11 @@ def main(args: Optional[List[str]] = None) -> int:
         if rclpy.ok():
             rclpy.shutdown()
     return 0
+
+
+def main(args: Optional[List[str]] = None) -> int:
+    return run_node(JsonSitlBridge, NODE_NAME, (ConfigError, LinkError, ParameterException,
+                                                NameValidationException), args)
 
 
 if __name__ == '__main__':

@@ -313,10 +313,6 @@ class SensorState:
             self._condition.notify_all()
 
     @property
-    def pacing(self) -> str:
-        return self.settings.pacing
-
-    @property
     def grid(self) -> bool:
         """True when replies follow SITL's frame grid rather than the samples."""
         return self.settings.pacing == GRID

@@ -30,15 +30,19 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
-from ardupilot_json_bridge.link import LinkSettings, SitlLink  # noqa: E402
+from ardupilot_json_bridge.link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.protocol import encode_reply, encode_servo_packet  # noqa: E402
 from ardupilot_json_bridge.pwm import (  # noqa: E402
     ActuatorMapper, ChannelScaling, OutputGroup, OutputKind)
+from ardupilot_json_bridge.reply import build_reply  # noqa: E402
 from ardupilot_json_bridge.samples import ImuSample, OdometrySample  # noqa: E402
-from ardupilot_json_bridge.state import build_reply, SensorState, StateSettings  # noqa: E402
+from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.state import SensorState  # noqa: E402
 
 PHYSICS_STEP = 1.0 / 1200.0
 SITL_RATE = 1200.0
+# One sample per frame: the lock-step pacing, so the figures measure the link, not a clock.
+LOCK_STEP = StateSettings(pacing=SAMPLES)
 MOTORS = ActuatorMapper([OutputGroup(
     'motors', OutputKind.ACTUATORS, 'command/motor_speed', (1, 2, 3, 4),
     tuple(ChannelScaling(1100.0, 1900.0, 838.0) for _ in range(4)))])
@@ -71,7 +75,7 @@ class FreshSource:
 
 
 def start_bridge(port: int) -> SitlLink:
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     # Each benchmark client is a new SITL address: let it take over at once.
     link = SitlLink(LinkSettings(port=port, fresh_timeout=1.0, peer_timeout=0.1), state,
                     on_frame=lambda packet: MOTORS.apply(packet.pwm))
@@ -172,10 +176,10 @@ def round_trip(frames: int, rounds: int) -> Dict[str, float]:
     Client and servers share core 0 throughout: lock-step ping-pong across two cores of a VM
     measures the hypervisor's wake-up latency more than either server.
     """
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     state.push_odometry(ODOMETRY)
     state.push_imu(imu_sample(0))
-    reply = encode_reply(build_reply(state.wait_for_instant(0, 0.0), 0.0))[0]
+    reply = encode_reply(build_reply(state.wait_for_sample(0, 0.0), 0.0))[0]
     stop = threading.Event()
     echo_port = free_port()
     echo_server(echo_port, reply, stop)
@@ -218,7 +222,7 @@ class NullSocket:
 
 
 def per_frame(frames: int) -> Dict[str, float]:
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     link = SitlLink(LinkSettings(port=free_port()), state,
                     on_frame=lambda packet: MOTORS.apply(packet.pwm))
     link.logger.disabled = True
@@ -233,7 +237,7 @@ def per_frame(frames: int) -> Dict[str, float]:
         state.push_odometry(odometry[index])
         state.push_imu(samples[index])
     push = (time.perf_counter() - start) / frames
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     link.state = state
     start = time.perf_counter()
     for index in range(frames):
@@ -285,7 +289,7 @@ def idle(seconds: float) -> Dict[str, float]:
     start_cpu, start = time.process_time(), time.perf_counter()
     time.sleep(seconds)
     asleep = (time.process_time() - start_cpu) / (time.perf_counter() - start)
-    state = SensorState(StateSettings())
+    state = SensorState(LOCK_STEP)
     link = SitlLink(LinkSettings(port=free_port()), state)
     link.start()
     start_cpu, start = time.process_time(), time.perf_counter()

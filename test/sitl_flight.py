@@ -77,7 +77,6 @@ class FlightRecord:
     armed: bool = False
     reached: bool = False
     landed: bool = False
-    gyro_rate: Optional[float] = None
     wall_seconds: float = 0.0
     sim_seconds: float = 0.0
 
@@ -129,8 +128,6 @@ class Flight:
                 self.record.texts.append(message.text)
                 if 'origin set' in message.text.lower():
                     self.origin_set = True
-                if 'gyro' in message.text.lower() and 'rate' in message.text.lower():
-                    pass
             elif kind == 'EKF_STATUS_REPORT':
                 self.ekf_flags = message.flags
             elif kind == 'GLOBAL_POSITION_INT':
