@@ -92,7 +92,13 @@ class MujocoSim(Node):
                 self._commands = None
             vehicle.advance(step)
             count += 1
-            self._publish(count % self.odom_every == 0)
+            try:
+                self._publish(count % self.odom_every == 0)
+            except Exception:
+                # SIGTERM shuts the context down before destroy_node stops this thread.
+                if not self.context.ok():
+                    return
+                raise
             ahead = start + vehicle.time - time.monotonic()
             if ahead > 0.0:
                 time.sleep(ahead)
