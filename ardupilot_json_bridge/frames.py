@@ -1,13 +1,16 @@
 """Frame conventions: ROS (REP-103: ENU world, FLU body, x-y-z-w quaternions) to ArduPilot.
 
 ArduPilot wants NED world, FRD body and scalar-first quaternions that rotate FRD body vectors
-into NED. Quaternions in this module are w-first numpy arrays unless a name says otherwise.
+into NED. Quaternions in this module are w-first tuples of floats unless a name says otherwise:
+they are converted per message, where numpy's per-call overhead costs more than the arithmetic.
 """
 
 import math
 from typing import Sequence, Tuple
 
 import numpy as np
+
+from ardupilot_json_bridge.protocol import Quaternion
 
 STANDARD_GRAVITY = 9.80665
 GRAVITY_NED = np.array([0.0, 0.0, STANDARD_GRAVITY])
@@ -18,9 +21,9 @@ FLU_TO_FRD = np.diag([1.0, -1.0, -1.0])
 
 _HALF_SQRT2 = math.sqrt(0.5)
 # 180 deg about (1, 1, 0)/sqrt(2): rotates ENU vectors into NED.
-Q_NED_ENU = np.array([0.0, _HALF_SQRT2, _HALF_SQRT2, 0.0])
+Q_NED_ENU = (0.0, _HALF_SQRT2, _HALF_SQRT2, 0.0)
 # 180 deg about x: rotates FRD vectors into FLU.
-Q_FLU_FRD = np.array([0.0, 1.0, 0.0, 0.0])
+Q_FLU_FRD = (0.0, 1.0, 0.0, 0.0)
 
 
 def enu_to_ned(vector: Sequence[float]) -> np.ndarray:
@@ -33,30 +36,30 @@ def flu_to_frd(vector: Sequence[float]) -> np.ndarray:
     return FLU_TO_FRD @ np.asarray(vector, dtype=float)
 
 
-def quaternion_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def quaternion_multiply(a: Sequence[float], b: Sequence[float]) -> Quaternion:
     """Hamilton product a * b of w-first quaternions."""
     aw, ax, ay, az = a
     bw, bx, by, bz = b
-    return np.array([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ])
+    return (aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw)
 
 
-def canonical(q: np.ndarray) -> np.ndarray:
+def canonical(q: Sequence[float]) -> Quaternion:
     """Unit quaternion with w >= 0 (q and -q are the same rotation)."""
-    norm = math.hypot(*q)
+    w, x, y, z = (float(v) for v in q)
+    norm = math.hypot(w, x, y, z)
     if not math.isfinite(norm) or norm < 1e-9:
-        raise ValueError(f'not a rotation: quaternion {tuple(map(float, q))} has norm {norm}')
-    q = q / norm
-    return -q if q[0] < 0.0 else q
+        raise ValueError(f'not a rotation: quaternion {(w, x, y, z)} has norm {norm}')
+    if w < 0.0:
+        norm = -norm
+    return w / norm, x / norm, y / norm, z / norm
 
 
-def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> np.ndarray:
+def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> Quaternion:
     """ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first)."""
-    q_enu_flu = canonical(np.array([w, x, y, z], dtype=float))
+    q_enu_flu = canonical((w, x, y, z))
     return canonical(quaternion_multiply(quaternion_multiply(Q_NED_ENU, q_enu_flu), Q_FLU_FRD))
 
 
@@ -82,13 +85,13 @@ def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
     ])
 
 
-def euler_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
+def euler_to_quaternion(roll: float, pitch: float, yaw: float) -> Quaternion:
     """w-first quaternion of roll, pitch, yaw in radians (ArduPilot's Euler convention)."""
     cr, sr = math.cos(roll / 2), math.sin(roll / 2)
     cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
     cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
-    return canonical(np.array([cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
-                               cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy]))
+    return canonical((cr * cp * cy + sr * sp * sy, sr * cp * cy - cr * sp * sy,
+                      cr * sp * cy + sr * cp * sy, cr * cp * sy - sr * sp * cy))
 
 
 def quaternion_to_euler(q: Sequence[float]) -> Tuple[float, float, float]:

@@ -10,13 +10,15 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.frames import (
-    ENU_TO_NED, FLU_TO_FRD, quaternion_to_matrix, ros_to_ned_frd, rpy_to_matrix)
+from ardupilot_json_bridge.alignment import rotate
+from ardupilot_json_bridge.frames import FLU_TO_FRD, ros_to_ned_frd, rpy_to_matrix
+from ardupilot_json_bridge.protocol import Vector3
 from ardupilot_json_bridge.samples import (
     AirspeedSample, BatterySample, ImuSample, InvalidSample, OdometrySample, RangeSample,
     RcSample, WindSample)
 
 RC_CHANNELS = 12
+Matrix3 = Tuple[Vector3, Vector3, Vector3]
 RC_CENTRE_US = 1500.0
 RC_HALF_RANGE_US = 500.0
 
@@ -26,42 +28,57 @@ def stamp_seconds(header: Any) -> float:
     return header.stamp.sec + header.stamp.nanosec * 1e-9
 
 
-def _vector(name: str, msg: Any) -> np.ndarray:
-    values = np.array([msg.x, msg.y, msg.z], dtype=float)
-    if not np.all(np.isfinite(values)):
-        raise InvalidSample(f'{name} is not finite: {_as_tuple(values)}')
-    return values
-
-
-def _converted(name: str, transform: np.ndarray, values: np.ndarray) -> Tuple[float, ...]:
-    """transform @ values, refused when finite input overflows in the frame change."""
-    with np.errstate(over='ignore', invalid='ignore'):
-        result = transform @ values
-    if not np.all(np.isfinite(result)):
-        raise InvalidSample(f'{name} is too large to convert: {_as_tuple(values)}')
-    return _as_tuple(result)
-
-
-def _as_tuple(values: np.ndarray) -> Tuple[float, ...]:
-    return tuple(float(v) for v in values)
-
-
-def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> np.ndarray:
-    """Matrix taking IMU-sensor vectors to FRD body vectors.
+def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> Matrix3:
+    """Matrix (rows of plain floats) taking IMU-sensor vectors to FRD body vectors.
 
     The angles give the sensor frame's orientation in the FLU body frame: zeros for a REP-103
     FLU IMU, (180, 0, 0) for ardupilot_gazebo's IMU, which reads FRD already.
     """
     flu_from_sensor = rpy_to_matrix(*np.radians([roll_deg, pitch_deg, yaw_deg]))
-    return FLU_TO_FRD @ flu_from_sensor
+    return tuple(tuple(float(v) for v in row) for row in FLU_TO_FRD @ flu_from_sensor)
 
 
-def imu_to_sample(msg: Any, mounting: np.ndarray) -> ImuSample:
-    """sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used)."""
-    gyro = _converted('imu.angular_velocity', mounting,
-                      _vector('imu.angular_velocity', msg.angular_velocity))
-    accel = _converted('imu.linear_acceleration', mounting,
-                       _vector('imu.linear_acceleration', msg.linear_acceleration))
+# The per-sample conversions below use plain floats: at 1 kHz, numpy's overhead on 3-vectors
+# costs ten times the arithmetic.
+
+def _finite3(name: str, msg: Any) -> Vector3:
+    x, y, z = float(msg.x), float(msg.y), float(msg.z)
+    if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+        raise InvalidSample(f'{name} is not finite: {(x, y, z)}')
+    return x, y, z
+
+
+def _checked(name: str, source: Vector3, result: Vector3) -> Vector3:
+    """result of converting source, refused when finite input overflowed in the change."""
+    if not all(map(math.isfinite, result)):
+        raise InvalidSample(f'{name} is too large to convert: {source}')
+    return result
+
+
+def _transformed(name: str, matrix: Matrix3, vector: Vector3) -> Vector3:
+    x, y, z = vector
+    (a, b, c), (d, e, f), (g, h, i) = matrix
+    return _checked(name, vector, (a * x + b * y + c * z, d * x + e * y + f * z,
+                                   g * x + h * y + i * z))
+
+
+def _flu_to_frd(v: Vector3) -> Vector3:
+    return v[0], -v[1], -v[2]
+
+
+def _enu_to_ned(v: Vector3) -> Vector3:
+    return v[1], v[0], -v[2]
+
+
+def imu_to_sample(msg: Any, mounting: Matrix3) -> ImuSample:
+    """sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used).
+
+    mounting is imu_mounting's matrix.
+    """
+    gyro = _transformed('imu.angular_velocity', mounting,
+                        _finite3('imu.angular_velocity', msg.angular_velocity))
+    accel = _transformed('imu.linear_acceleration', mounting,
+                         _finite3('imu.linear_acceleration', msg.linear_acceleration))
     return ImuSample(stamp=stamp_seconds(msg.header), gyro=gyro, accel=accel)
 
 
@@ -72,28 +89,28 @@ def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometryS
     the world frame instead, which twist_in_child_frame=False accepts.
     """
     pose = msg.pose.pose
-    position = _vector('odometry.pose.position', pose.position)
+    position = _finite3('odometry.pose.position', pose.position)
     o = pose.orientation
-    orientation = np.array([o.x, o.y, o.z, o.w], dtype=float)
-    if not np.all(np.isfinite(orientation)):
-        raise InvalidSample('odometry.pose.orientation is not finite: '
-                            f'{_as_tuple(orientation)}')
+    orientation = (float(o.x), float(o.y), float(o.z), float(o.w))
+    if not all(map(math.isfinite, orientation)):
+        raise InvalidSample(f'odometry.pose.orientation is not finite: {orientation}')
     try:
         quaternion = ros_to_ned_frd(*orientation)
     except ValueError as error:
         raise InvalidSample(f'odometry.pose.orientation: {error}') from None
-    linear = _vector('odometry.twist.linear', msg.twist.twist.linear)
-    angular = _vector('odometry.twist.angular', msg.twist.twist.angular)
-    ned_from_frd = quaternion_to_matrix(quaternion)
+    linear = _finite3('odometry.twist.linear', msg.twist.twist.linear)
+    angular = _finite3('odometry.twist.angular', msg.twist.twist.angular)
     if twist_in_child_frame:
-        velocity_from_twist, gyro_from_twist = ned_from_frd @ FLU_TO_FRD, FLU_TO_FRD
+        velocity = rotate(quaternion, _flu_to_frd(linear))
+        gyro = _flu_to_frd(angular)
     else:
-        velocity_from_twist, gyro_from_twist = ENU_TO_NED, ned_from_frd.T @ ENU_TO_NED
+        w, x, y, z = quaternion
+        velocity = _enu_to_ned(linear)
+        gyro = rotate((w, -x, -y, -z), _enu_to_ned(angular))
     return OdometrySample(
-        stamp=stamp_seconds(msg.header), position=_as_tuple(ENU_TO_NED @ position),
-        velocity=_converted('odometry.twist.linear', velocity_from_twist, linear),
-        quaternion=_as_tuple(quaternion),
-        gyro=_converted('odometry.twist.angular', gyro_from_twist, angular))
+        stamp=stamp_seconds(msg.header), position=_enu_to_ned(position),
+        velocity=_checked('odometry.twist.linear', linear, velocity), quaternion=quaternion,
+        gyro=_checked('odometry.twist.angular', angular, gyro))
 
 
 def _distance(reading: float, min_range: float, max_range: float) -> Optional[float]:
@@ -141,8 +158,8 @@ def laser_scan_to_sample(msg: Any) -> RangeSample:
 
 def wind_to_sample(msg: Any) -> WindSample:
     """geometry_msgs/Vector3Stamped: the air's velocity in the ENU world, to NED."""
-    wind = ENU_TO_NED @ _vector('wind.vector', msg.vector)
-    return WindSample(stamp=stamp_seconds(msg.header), value=_as_tuple(wind))
+    return WindSample(stamp=stamp_seconds(msg.header),
+                      value=_enu_to_ned(_finite3('wind.vector', msg.vector)))
 
 
 def airspeed_to_sample(msg: Any, stamp: float) -> AirspeedSample:

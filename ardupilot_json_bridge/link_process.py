@@ -27,8 +27,12 @@ from ardupilot_json_bridge.state import input_names
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
+# A serialized message of the input route whose index (in input_routes order) follows.
+SERIALIZED = ord('M')
 PWM, STATS, LOG = b'PSL'
 STATS_PERIOD = 1.0
+# Unchanged PWM is forwarded for publishing no more often than this (s).
+COMMAND_REFRESH = 0.02
 MAX_MESSAGE = 65536
 
 
@@ -45,6 +49,7 @@ class LinkProcess:
         self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(settings)]
         self._channel, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._send = self._channel.send
+        self._sendmsg = self._channel.sendmsg
         self.process = subprocess.Popen(
             [sys.executable, '-m', 'ardupilot_json_bridge.link_process',
              '--udp-fd', str(udp.fileno()), '--channel-fd', str(child.fileno()),
@@ -80,6 +85,13 @@ class LinkProcess:
 
     def push_rc(self, sample: Any) -> None:
         self._forward(RC, sample)
+
+    def push_serialized(self, route_index: int, data: bytes) -> None:
+        """A message as rclpy received it raw, for the child to decode (routes.serialized)."""
+        try:
+            self._sendmsg((bytes((SERIALIZED, route_index)), data))
+        except OSError:
+            pass
 
     def count_rejected(self, name: str) -> None:
         self._forward(REJECTED, name)
@@ -146,6 +158,9 @@ class ChannelLogHandler(logging.Handler):
 def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> int:
     """Child side: the state and the link, fed from the channel until it closes."""
     from ardupilot_json_bridge.link import SitlLink
+    from ardupilot_json_bridge.ratelimit import RateLimitedLog
+    from ardupilot_json_bridge.routes import deliver, input_routes, serialized, \
+        SERIALIZED_DECODERS
     from ardupilot_json_bridge.state import SensorState
     channel = socket.socket(fileno=channel_fd)
     logger = logging.getLogger('ardupilot_json_bridge')
@@ -155,8 +170,15 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     config = config_from_parameters(parameters)
     state = SensorState(config.state, logger=logger)
 
+    sent = {'pwm': None, 'at': 0.0}
+
     def on_frame(packet: Any) -> None:
-        pwm = packet.pwm
+        # ArduPilot changes its outputs at its loop rate, a third of the frame rate: repeats
+        # are not forwarded, except every COMMAND_REFRESH, so that each publish is news.
+        pwm, now = packet.pwm, time.monotonic()
+        if pwm == sent['pwm'] and now - sent['at'] < COMMAND_REFRESH:
+            return
+        sent['pwm'], sent['at'] = pwm, now
         channel.send(bytes((PWM,)) + struct.pack(f'<H{len(pwm)}H', packet.frame_rate, *pwm))
 
     link = SitlLink(config.link, state, on_frame=on_frame, logger=logger,
@@ -165,6 +187,14 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
 
     def update(settings: Any) -> None:
         link.settings, state.settings = settings
+
+    warnings = RateLimitedLog(logger)
+    routes = [serialized(route) if route.msgtype in SERIALIZED_DECODERS else route
+              for route in input_routes(config, state)]
+
+    def decode(data: bytes) -> None:
+        # No receive time: the serialized types all carry a header stamp.
+        deliver(routes[data[1]], data[2:], 0.0, state, warnings)
 
     pushes = {SETTINGS: update, IMU: state.push_imu, ODOMETRY: state.push_odometry,
               WIND: state.push_wind, AIRSPEED: state.push_airspeed,
@@ -181,7 +211,10 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
             if data == b'':
                 return 0
             if data:
-                pushes[data[0]](pickle.loads(data[1:]))
+                if data[0] == SERIALIZED:
+                    decode(data)
+                else:
+                    pushes[data[0]](pickle.loads(data[1:]))
             now = time.monotonic()
             if now >= next_stats:
                 next_stats = now + STATS_PERIOD

@@ -7,6 +7,7 @@ a ROS timer, and ROS timers stall while simulated time stands still.
 
 import array
 from dataclasses import replace
+from functools import partial
 import importlib
 import logging
 import signal
@@ -40,7 +41,8 @@ from ardupilot_json_bridge.link import bind_udp, LinkError
 from ardupilot_json_bridge.link_process import LinkProcess
 from ardupilot_json_bridge.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.routes import deliver, input_routes
+from ardupilot_json_bridge.routes import deliver, input_routes, InputRoute, \
+    SERIALIZED_DECODERS
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
 # publishers alike; only the newest sample matters.
@@ -137,12 +139,16 @@ class JsonSitlBridge(Node):
         # messages and forwards the samples, and publishes what comes back.
         self.state = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger)
         self.routes = input_routes(self.config, self.state)
-        for route in self.routes:
+        for index, route in enumerate(self.routes):
+            if route.msgtype in SERIALIZED_DECODERS:
+                # Taken raw and decoded in the link process: see cdr.py.
+                callback = partial(self.state.push_serialized, index)
+            else:
+                callback = partial(self._deliver, route)
             self.create_subscription(
-                message_class(route.msgtype), route.topic,
-                lambda message, route=route: deliver(route, message, self._now(), self.state,
-                                                     self.warnings),
-                SENSOR_QOS, qos_overriding_options=QoSOverridingOptions.with_default_policies())
+                message_class(route.msgtype), route.topic, callback, SENSOR_QOS,
+                qos_overriding_options=QoSOverridingOptions.with_default_policies(),
+                raw=route.msgtype in SERIALIZED_DECODERS)
         self.groups = self._usable_groups(self.config)
         self.mapper = ActuatorMapper(self.groups)
         command_types = {OutputKind.ACTUATORS: self.classes.actuators,
@@ -197,6 +203,9 @@ class JsonSitlBridge(Node):
                 continue
             groups.append(group)
         return groups
+
+    def _deliver(self, route: InputRoute, message: Any) -> None:
+        deliver(route, message, self._now(), self.state, self.warnings)
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9

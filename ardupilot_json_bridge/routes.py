@@ -1,9 +1,9 @@
 """Which topic feeds which input: one table for the ROS node and the bag replay alike."""
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
-from ardupilot_json_bridge import inputs
+from ardupilot_json_bridge import cdr, inputs
 from ardupilot_json_bridge.config import BridgeConfig, LASER_SCAN
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.samples import InvalidSample
@@ -18,6 +18,9 @@ WIND_TYPE = 'geometry_msgs/msg/Vector3Stamped'
 AIRSPEED_TYPE = 'std_msgs/msg/Float64'
 BATTERY_TYPE = 'sensor_msgs/msg/BatteryState'
 RC_TYPE = 'sensor_msgs/msg/Joy'
+# The fast topics, which the node takes serialized and the link process decodes.
+SERIALIZED_DECODERS: Dict[str, Callable[[bytes], Any]] = {
+    IMU_TYPE: cdr.decode_imu, ODOMETRY_TYPE: cdr.decode_odometry}
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,12 @@ def input_routes(config: BridgeConfig, state: SensorState) -> List[InputRoute]:
     )
     routes += [InputRoute(*entry) for entry in optional if entry[1]]
     return routes
+
+
+def serialized(route: InputRoute) -> InputRoute:
+    """The route taking the CDR bytes of its messages (one of SERIALIZED_DECODERS' types)."""
+    decode, convert = SERIALIZED_DECODERS[route.msgtype], route.convert
+    return replace(route, convert=lambda data, received: convert(decode(data), received))
 
 
 def deliver(route: InputRoute, message: Any, received: float, state: SensorState,

@@ -41,7 +41,7 @@ def test_heading(enu_yaw_deg, ned_yaw_deg):
 
 
 def test_level_at_rest_reads_minus_g():
-    accel_frd = imu_mounting(0, 0, 0) @ np.array([0.0, 0.0, 9.80665])
+    accel_frd = np.array(imu_mounting(0, 0, 0)) @ np.array([0.0, 0.0, 9.80665])
     assert accel_frd == pytest.approx([0.0, 0.0, -9.80665])
 
 
@@ -121,8 +121,8 @@ def test_attitude_propagation_matches_scipy(rates, dt):
     ((0, 0, 90), (1, 0, 0), (0, -1, 0)),        # sensor x points left
 ])
 def test_imu_mounting(rpy, sensor_vector, frd_vector):
-    assert imu_mounting(*rpy) @ np.array(sensor_vector, float) == pytest.approx(frd_vector,
-                                                                                abs=1e-12)
+    frd = np.array(imu_mounting(*rpy)) @ np.array(sensor_vector, float)
+    assert frd == pytest.approx(frd_vector, abs=1e-12)
 
 
 def test_huge_finite_quaternion_is_normalised_before_use():
