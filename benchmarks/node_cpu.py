@@ -14,11 +14,10 @@ import argparse
 import glob
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
@@ -53,27 +52,6 @@ def tree_cpu_seconds(pid: int) -> float:
 
 def bridge_command(*arguments: str) -> List[str]:
     return [sys.executable, '-m', 'ardupilot_json_bridge.cli', *arguments]
-
-
-def sitl_figures(folder: str) -> Tuple[Optional[float], Optional[float], int]:
-    """Median gyro rate (Hz), median loop rate (Hz) and long-loop count from SITL's log."""
-    from pymavlink import DFReader
-    logs = sorted(glob.glob(os.path.join(folder, 'logs', '*.BIN')), key=os.path.getmtime)
-    if not logs:
-        return None, None, 0
-    reader = DFReader.DFReader_binary(logs[-1], zero_time_base=True)
-    gyro, loop, long_loops = [], [], 0
-    while True:
-        message = reader.recv_match(type=['IMU', 'PM'])
-        if message is None:
-            break
-        if message.get_type() == 'IMU' and getattr(message, 'I', 0) == 0:
-            gyro.append(message.GHz)
-        elif message.get_type() == 'PM':
-            loop.append(getattr(message, 'LR', 0))
-            long_loops += message.NLon
-    return (statistics.median(gyro) if gyro else None,
-            statistics.median(loop) if loop else None, long_loops)
 
 
 def stopped(process: subprocess.Popen) -> str:
@@ -114,7 +92,7 @@ def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) ->
                    for name, p in processes.items()}
             cpu['link_process'] = (sum(map(tree_cpu_seconds, link_children))
                                    - link_before) / elapsed
-            gyro_rate, loop_rate, long_loops = sitl_figures(sitl.folder)
+            gyro_rate, loop_rate, long_loops = sitl.figures()
             sitl_log = sitl.log()
     finally:
         outputs = {name: stopped(processes[name]) for name in ('bare', 'node', 'mujoco_sim')}

@@ -5,8 +5,10 @@ Used by the tests where ARDUPILOT_SITL_DIR names a folder with a prebuilt `arduc
 """
 
 from dataclasses import dataclass, field
+import glob
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -49,6 +51,28 @@ class Sitl:
         self._log.flush()
         with open(self.log_path) as stream:
             return stream.read()
+
+    def figures(self) -> Tuple[Optional[float], Optional[float], int]:
+        """SITL's own view from its newest dataflash log: median gyro sample rate (Hz, IMU.GHz),
+        median main loop rate (Hz, PM.LR) and the count of long loops (PM.NLon)."""
+        from pymavlink import DFReader
+        logs = sorted(glob.glob(os.path.join(self.folder, 'logs', '*.BIN')),
+                      key=os.path.getmtime)
+        if not logs:
+            return None, None, 0
+        reader = DFReader.DFReader_binary(logs[-1], zero_time_base=True)
+        gyro, loop, long_loops = [], [], 0
+        while True:
+            message = reader.recv_match(type=['IMU', 'PM'])
+            if message is None:
+                break
+            if message.get_type() == 'IMU' and getattr(message, 'I', 0) == 0:
+                gyro.append(message.GHz)
+            elif message.get_type() == 'PM':
+                loop.append(getattr(message, 'LR', 0))
+                long_loops += message.NLon
+        return (statistics.median(gyro) if gyro else None,
+                statistics.median(loop) if loop else None, long_loops)
 
     def close(self) -> None:
         if self.process.poll() is None:
