@@ -2,10 +2,28 @@
 
 from glob import glob
 import os
+import sys
 
 from setuptools import find_packages, setup
 
 PACKAGE = 'ardupilot_json_bridge'
+# What `ros2 run ardupilot_json_bridge <name>` starts in a colcon build.
+ROS_EXECUTABLES = ['bridge = ardupilot_json_bridge.node:main',
+                   'mujoco_sim = ardupilot_json_bridge.mujoco_sim:main']
+
+
+def console_scripts(argv: list) -> list:
+    """The commands to install: ROS executables only for colcon.
+
+    colcon builds ament_python packages by running `setup.py install` (or `develop` for
+    --symlink-install), which puts scripts in lib/<package> (setup.cfg) for ros2 run. pip
+    builds a wheel instead, whose scripts land on PATH: there a command named plain `bridge`
+    would be a squatter, and `ardupilot-json-bridge node` / `mujoco-sim` start the same code.
+    """
+    scripts = ['ardupilot-json-bridge = ardupilot_json_bridge.cli:main']
+    if {'install', 'develop'} & set(argv[1:]):
+        scripts += ROS_EXECUTABLES
+    return scripts
 
 
 def data_tree(source: str) -> list:
@@ -32,7 +50,7 @@ setup(
     extras_require={
         'replay': ['rosbags>=0.10'],
         'mujoco': ['mujoco>=3.1'],
-        'test': ['pytest', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
+        'test': ['pytest', 'wheel', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
                  'catkin_pkg', 'flake8', 'flake8-quotes', 'flake8-import-order',
                  'mujoco>=3.1', 'pymavlink'],
         # ROS 2 core from PyPI wheels, for machines without a ROS install (tests, CI).
@@ -50,11 +68,5 @@ setup(
     description='ROS 2 bridge between physics engines and ArduPilot SITL (JSON interface).',
     license='Apache-2.0',
     tests_require=['pytest'],
-    entry_points={
-        'console_scripts': [
-            'ardupilot-json-bridge = ardupilot_json_bridge.cli:main',
-            'bridge = ardupilot_json_bridge.node:main',
-            'mujoco_sim = ardupilot_json_bridge.mujoco_sim:main',
-        ],
-    },
+    entry_points={'console_scripts': console_scripts(sys.argv)},
 )

@@ -3,8 +3,10 @@
 import os
 import subprocess
 import sys
+import zipfile
 
 from catkin_pkg.package import parse_package
+import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
 
@@ -30,17 +32,48 @@ def test_resource_marker_and_setup_cfg_script_dir():
     assert 'install_scripts=$base/lib/ardupilot_json_bridge' in text
 
 
-def test_setup_installs_launch_config_and_entry_points():
+def setup_arguments(*argv: str) -> dict:
+    """What setup.py passes to setuptools.setup when run with argv."""
     result = subprocess.run(
-        [sys.executable, '-c', 'import runpy, setuptools, json\n'
+        [sys.executable, '-c', 'import runpy, setuptools, json, sys\n'
          'captured = {}\n'
          'setuptools.setup = lambda **kw: captured.update(kw)\n'
+         f'sys.argv = {["setup.py", *argv]!r}\n'
          'runpy.run_path("setup.py")\n'
          'print(json.dumps({"data": captured["data_files"],'
          ' "scripts": captured["entry_points"]["console_scripts"]}))'],
         cwd=ROOT, capture_output=True, text=True, check=True)
     import json
-    installed = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize('argv, ros_executables', [
+    (('install', '--prefix', '/opt/ws/install'), True),   # colcon build
+    (('develop', '--editable'), True),                     # colcon build --symlink-install
+    (('bdist_wheel',), False),                             # pip install .
+    (('editable_wheel',), False),                          # pip install -e .
+    (('egg_info',), False),
+])
+def test_ros_executables_only_for_colcon(argv, ros_executables):
+    scripts = ' '.join(setup_arguments(*argv)['scripts'])
+    assert 'ardupilot-json-bridge = ardupilot_json_bridge.cli:main' in scripts
+    assert ('bridge = ardupilot_json_bridge.node:main' in scripts) == ros_executables
+    assert ('mujoco_sim = ardupilot_json_bridge.mujoco_sim:main' in scripts) == ros_executables
+
+
+def test_a_pip_wheel_puts_no_plain_bridge_on_path(tmp_path):
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps',
+                    '--no-build-isolation', '-w', str(tmp_path), ROOT], check=True)
+    (wheel,) = tmp_path.glob('*.whl')
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith('entry_points.txt')]
+        scripts = archive.read(name).decode().split('[console_scripts]')[1]
+    names = {line.split('=')[0].strip() for line in scripts.splitlines() if '=' in line}
+    assert names == {'ardupilot-json-bridge'}
+
+
+def test_setup_installs_launch_config_and_entry_points():
+    installed = setup_arguments('install')
     files = {os.path.join(target, os.path.basename(f))
              for target, sources in installed['data'] for f in sources}
     share = 'share/ardupilot_json_bridge'
