@@ -1,0 +1,182 @@
+"""The node as users start it: `ardupilot-json-bridge node --ros-args ...` in a process of its
+own, fed by a simulator node on simulated time, served to a SITL peer. Checks replies, commands
+(values and QoS), /diagnostics, a clean exit on SIGINT and SIGTERM, and no cross-talk between
+two namespaces."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List
+
+import pytest
+
+rclpy = pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip install '
+                                            "'.[jazzy]'")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402, I100, I202
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from rosgraph_msgs.msg import Clock  # noqa: E402
+from sensor_msgs.msg import Imu  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+
+from conftest import free_udp_port, reaped  # noqa: E402
+from sitl_peer import parse_reply, SitlPeer  # noqa: E402
+
+CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+STEP = 0.004
+
+
+def motor_command(pwm: float) -> float:
+    """config/mujoco_quad_x.yaml's scaling, by hand: 1100-1900 us to 0-838 rad/s."""
+    return (pwm - 1100.0) / 800.0 * 838.0
+
+
+class Simulator:
+    """A simulator stand-in: /clock, and `imu` and `odom` of a vehicle at rest at ENU x = east
+    in each namespace, at 250 Hz of simulated time paced to the wall clock."""
+
+    def __init__(self, easts: Dict[str, float]) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node('simulator', context=self.context)
+        self.easts = easts
+        self.clock = self.node.create_publisher(Clock, '/clock', 10)
+        self.publishers = {ns: (self.node.create_publisher(Imu, f'/{ns}/imu', RELIABLE),
+                                self.node.create_publisher(Odometry, f'/{ns}/odom', RELIABLE))
+                           for ns in easts}
+        self.commands: Dict[str, List[List[float]]] = {ns: [] for ns in easts}
+        for ns in easts:
+            self.node.create_subscription(
+                Float64MultiArray, f'/{ns}/command/motor_speed',
+                lambda message, ns=ns: self.commands[ns].append(list(message.data)), RELIABLE)
+        self.diagnostics: List[DiagnosticArray] = []
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self.diagnostics.append,
+                                      RELIABLE)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.running = True
+        self.threads = [threading.Thread(target=self.executor.spin, daemon=True),
+                        threading.Thread(target=self._publish, daemon=True)]
+        for thread in self.threads:
+            thread.start()
+
+    def _publish(self) -> None:
+        started, step = time.monotonic(), 0
+        while self.running:
+            step += 1
+            sec, nanosec = divmod(round(step * STEP * 1e9), 1_000_000_000)
+            clock = Clock()
+            clock.clock.sec, clock.clock.nanosec = sec, nanosec
+            self.clock.publish(clock)
+            for ns, (imu_publisher, odom_publisher) in self.publishers.items():
+                odometry = Odometry()
+                odometry.header.stamp = clock.clock
+                odometry.pose.pose.position.x = self.easts[ns]
+                odometry.pose.pose.orientation.w = 1.0
+                imu = Imu()
+                imu.header.stamp = clock.clock
+                imu.linear_acceleration.z = 9.80665
+                odom_publisher.publish(odometry)
+                imu_publisher.publish(imu)
+            time.sleep(max(0.0, started + step * STEP - time.monotonic()))
+
+    def close(self) -> None:
+        self.running = False
+        self.threads[1].join()
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+def start_node(namespace: str, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'node', '--ros-args', '-r',
+         f'__ns:=/{namespace}', '--params-file', CONFIG, '-p', 'use_sim_time:=true', '-p',
+         f'port:={port}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def serve(peer: SitlPeer, pwm: List[int], frames: int, timeout: float = 30.0) -> List[dict]:
+    """Step the peer until it has `frames` replies."""
+    replies, deadline = [], time.monotonic() + timeout
+    while len(replies) < frames and time.monotonic() < deadline:
+        peer.send(pwm=pwm)
+        datagram = peer.receive(0.5)
+        if datagram is not None:
+            replies.append(parse_reply(datagram))
+            peer.frame_count += 1
+    return replies
+
+
+def wait_for(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.parametrize('stop_signal', [signal.SIGINT, signal.SIGTERM])
+def test_the_node_process_end_to_end(stop_signal):
+    port = free_udp_port()
+    simulator = Simulator({'uav1': 3.0})
+    peer = SitlPeer(port)
+    try:
+        with reaped(start_node('uav1', port)) as node:
+            replies = serve(peer, [1500] * 4 + [1000] * 12, 200)
+            assert len(replies) == 200, node.stdout.read() if node.poll() is not None else ''
+            assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
+            assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
+            assert replies[0]['timestamp'] == 0.0
+            # Whole frame steps; a few larger where SITL (this peer) fell behind and skipped ahead.
+            steps = [(b['timestamp'] - a['timestamp']) * 1200
+                     for a, b in zip(replies, replies[1:])]
+            assert all(step > 0.5 and abs(step - round(step)) < 1e-6 for step in steps), steps
+            assert sum(step != pytest.approx(1.0) for step in steps) <= 3, steps
+            assert wait_for(lambda: simulator.commands['uav1'])
+            assert simulator.commands['uav1'][-1] == pytest.approx([motor_command(1500)] * 4)
+            (info,) = simulator.node.get_publishers_info_by_topic('/uav1/command/motor_speed')
+            assert info.qos_profile.reliability == ReliabilityPolicy.RELIABLE
+
+            def link_messages():
+                return [status.message for report in simulator.diagnostics
+                        for status in report.status
+                        if status.name == 'uav1/json_sitl_bridge: SITL link']
+            assert wait_for(lambda: any(m.startswith('connected') for m in link_messages()))
+            node.send_signal(stop_signal)
+            output, _ = node.communicate(timeout=15)
+        assert node.returncode == 0, output
+        assert 'Traceback' not in output
+    finally:
+        peer.close()
+        simulator.close()
+
+
+def test_two_namespaces_on_two_ports_do_not_cross_talk():
+    ports = {'uav1': free_udp_port(), 'uav2': free_udp_port()}
+    easts, pwms = {'uav1': 1.0, 'uav2': -2.0}, {'uav1': 1200, 'uav2': 1800}
+    simulator = Simulator(easts)
+    peers = {ns: SitlPeer(port) for ns, port in ports.items()}
+    try:
+        with reaped(start_node('uav1', ports['uav1'])) as first, \
+                reaped(start_node('uav2', ports['uav2'])) as second:
+            for ns, peer in peers.items():
+                replies = serve(peer, [pwms[ns]] * 4 + [1000] * 12, 100)
+                assert len(replies) == 100
+                assert {r['position'][1] for r in replies} == {easts[ns]}
+            for ns in peers:
+                assert wait_for(lambda: simulator.commands[ns])
+                expected = [motor_command(pwms[ns])] * 4
+                assert all(c == pytest.approx(expected) for c in simulator.commands[ns])
+            for node in (first, second):
+                node.send_signal(signal.SIGTERM)
+                output, _ = node.communicate(timeout=15)
+                assert node.returncode == 0, output
+    finally:
+        for peer in peers.values():
+            peer.close()
+        simulator.close()
