@@ -244,8 +244,8 @@ class SitlLink:
             self._unanswered(packet, str(error), 'reply_error')
             return
         if dropped:
-            self.warnings.warning('dropped', f'{self._prefix}left out non-finite optional '
-                                             f'values: {", ".join(dropped)}')
+            self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
+                                             f'not finite: {", ".join(dropped)}')
         self._send(data, received)
         session = self.session
         if session.grid is not None:

@@ -7,7 +7,7 @@ no key is found inside another (see shared/spec/json-sitl.md).
 
 from dataclasses import dataclass
 import struct
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 SERVO_MAGIC_16 = 18458
 SERVO_MAGIC_32 = 29569
@@ -169,7 +169,10 @@ def _not_finite(values: Tuple[float, ...]) -> str:
 
 
 def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
-    """Encode one reply datagram; also return the optional keys dropped as not finite.
+    """Encode one reply datagram; also return the optional keys left out, each with why.
+
+    A key is left out when its value is not finite, or when its name begins with the name of
+    an absent key (rc_10 when rc_1 is absent), which SITL's substring search would misread.
 
     Raises ReplyError when a mandatory value is not finite: such a frame gets no reply.
     """
@@ -198,14 +201,20 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
         else:
             parts.append(f',"{key}":' + (_array(values) if isinstance(value, tuple)
                                          else _number(value)))
-    rc_items = []
+    rc_items: List[str] = []
+    absent: List[str] = []
     for index, pwm in enumerate(reply.rc[:MAX_RC_CHANNELS], start=1):
-        if pwm is None:
+        key = f'rc_{index}'
+        # SITL finds a key by substring search: with rc_1 absent it would read rc_10 as rc_1.
+        shadowed = next((name for name in absent if key.startswith(name)), None)
+        if pwm is None or not _finite(pwm) or shadowed:
+            absent.append(key)
+            if shadowed:
+                dropped.append(f'{key} (SITL would read it as the absent {shadowed})')
+            elif pwm is not None:
+                dropped.append(key)
             continue
-        if _finite(pwm):
-            rc_items.append(f'"rc_{index}":{_number(pwm)}')
-        else:
-            dropped.append(f'rc_{index}')
+        rc_items.append(f'"{key}":{_number(pwm)}')
     if rc_items:
         parts.append(',"rc":{' + ','.join(rc_items) + '}')
     if reply.no_time_sync:

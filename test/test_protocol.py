@@ -138,3 +138,50 @@ def test_non_finite_optional_values_are_left_out():
     for key in ('velocity_wind', 'airspeed', 'battery.voltage', 'windvane.speed'):
         assert key not in parsed
     assert 'nan' not in data.decode().lower() and 'inf' not in data.decode().lower()
+
+
+def omitting(key: str, how: object) -> SensorReply:
+    """FULL_REPLY (every rangefinder set) with one optional key absent: None or not finite."""
+    reply = replace(FULL_REPLY, rangefinders=(1.25, 2.5, 3.5, 4.0, 5.0, 6.5))
+    if key.startswith(('rng_', 'rc_')):
+        field = 'rangefinders' if key.startswith('rng_') else 'rc'
+        values = list(getattr(reply, field))
+        values[int(key.split('_')[1]) - 1] = how
+        return replace(reply, **{field: tuple(values)})
+    size = {'velocity_wind': 3, 'windvane': 2, 'airspeed': 1, 'battery': 2}[key]
+    value = None if how is None else (how if size == 1 else (how,) * size)
+    return replace(reply, **{key: value})
+
+
+OPTIONAL_KEYS = ([f'rng_{i}' for i in range(1, 7)]
+                 + ['velocity_wind', 'windvane', 'airspeed', 'battery']
+                 + [f'rc_{i}' for i in range(1, 13)])
+
+
+@pytest.mark.parametrize('how', [None, math.nan], ids=['none', 'nan'])
+@pytest.mark.parametrize('key', OPTIONAL_KEYS)
+def test_sitl_reads_every_other_key_right_when_one_is_left_out(key, how):
+    reply = omitting(key, how)
+    data, dropped = encode_reply(reply)
+    parsed = parse_reply(data)   # as SITL reads it: substring search, key by key
+    # What SITL must see: every present value as given; the left-out key and any key whose
+    # name begins with it (rc_10..rc_12 behind rc_1) absent, never read as another's value.
+    shadowed = [k for k in OPTIONAL_KEYS if k != key and k.startswith(key)]
+    for index, distance in enumerate(reply.rangefinders, start=1):
+        name = f'rng_{index}'
+        assert parsed.get(name) == (None if name == key else distance)
+    for index, pwm in enumerate(reply.rc, start=1):
+        name = f'rc_{index}'
+        assert parsed.get(f'rc.{name}') == (None if name in [key] + shadowed else pwm)
+    expected = {'velocity_wind': reply.velocity_wind, 'airspeed': reply.airspeed}
+    for name, value in expected.items():
+        if name == key:
+            assert name not in parsed
+        else:
+            assert parsed[name] == pytest.approx(value)
+    for name, parts in (('windvane', ('direction', 'speed')),
+                        ('battery', ('voltage', 'current'))):
+        values = tuple(parsed.get(f'{name}.{part}') for part in parts)
+        assert values == ((None, None) if name == key else getattr(reply, name))
+    assert all(any(d.startswith(k) for k in shadowed) for d in dropped if '(' in d)
+    assert len([d for d in dropped if '(' in d]) == len(shadowed)
