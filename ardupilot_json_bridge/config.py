@@ -6,8 +6,9 @@ them from it); output groups add outputs.<group>.<setting> for each name in outp
 """
 
 from dataclasses import dataclass
+import difflib
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -19,6 +20,12 @@ NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
 RANGE, LASER_SCAN = 'range', 'laser_scan'
 IGNORED_PREFIXES = ('use_sim_time', 'qos_overrides.', 'start_type_description_service')
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """'; did you mean <closest>?' for a misspelled name, or nothing when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f'; did you mean {close[0]}?' if close else ''
 
 
 class ConfigError(ValueError):
@@ -200,7 +207,8 @@ def output_group(name: str, settings: Mapping[str, Any]) -> OutputGroup:
     prefix = f'outputs.{name}.'
     unknown = sorted(set(settings) - set(OUTPUT_SETTINGS))
     if unknown:
-        raise ConfigError(f'{prefix}{unknown[0]}: unknown setting; known: '
+        raise ConfigError(f'{prefix}{unknown[0]}: unknown setting'
+                          f'{did_you_mean(unknown[0], OUTPUT_SETTINGS)}; known: '
                           f'{", ".join(OUTPUT_SETTINGS)}')
     kinds = [k.value for k in OutputKind]
     kind_name = _text(prefix + 'type', settings.get('type', ''))
@@ -279,7 +287,7 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
                 raise ConfigError(f'{key}: group {parts[1]!r} is not listed in output_groups')
             group_settings[parts[1]][parts[2]] = value
             continue
-        raise ConfigError(f'{key}: unknown parameter')
+        raise ConfigError(f'{key}: unknown parameter{did_you_mean(key, PARAMETER_DEFAULTS)}')
     values = dict(PARAMETER_DEFAULTS)
     values.update({k: v for k, v in parameters.items() if k in PARAMETER_DEFAULTS})
     spec = SPECS_BY_NAME

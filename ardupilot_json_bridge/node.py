@@ -190,6 +190,11 @@ class JsonSitlBridge(Node):
                 value = self.declare_parameter(name, None, dynamic).value
                 if value is not None:
                     values[name] = value
+        # rclpy silently drops overrides no one declares; hand them to the validation too, so
+        # a misspelled name is refused here as on the command line.
+        for name, override in getattr(self, '_parameter_overrides', {}).items():
+            if not self.has_parameter(name):
+                values[name] = override.value
         return {k: list(v) if isinstance(v, array.array) else v for k, v in values.items()}
 
     def _usable_groups(self, config: BridgeConfig) -> List[Any]:

@@ -16,6 +16,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Imu  # noqa: E402
 from std_msgs.msg import Float64MultiArray, UInt16MultiArray  # noqa: E402
 
+from ardupilot_json_bridge.config import ConfigError  # noqa: E402
 from ardupilot_json_bridge.node import JsonSitlBridge  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 from sitl_peer import parse_reply, SitlPeer  # noqa: E402
@@ -281,3 +282,19 @@ def test_bad_start_is_one_fatal_line_and_exit_1(arguments, message):
     assert result.returncode == 1
     assert 'FATAL' in result.stderr and message in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+@pytest.mark.parametrize('name, value, message', [
+    ('imu_tpoic', 'imu', 'imu_tpoic: unknown parameter; did you mean imu_topic?'),
+    ('outputs.motors.multiplyer', 838.0,
+     'outputs.motors.multiplyer: unknown setting; did you mean multiplier?'),
+])
+def test_misspelled_parameters_are_refused(name, value, message):
+    overrides = [Parameter('output_groups', value=['motors']),
+                 Parameter('outputs.motors.type', value='float64_multi_array'),
+                 Parameter('outputs.motors.topic', value='motors'),
+                 Parameter('outputs.motors.channels', value=[1, 2, 3, 4]),
+                 Parameter('port', value=free_udp_port()), Parameter(name, value=value)]
+    with pytest.raises(ConfigError) as error:
+        JsonSitlBridge(parameter_overrides=overrides)
+    assert message in str(error.value)

@@ -180,3 +180,13 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
         for peer in peers.values():
             peer.close()
         simulator.close()
+
+
+def test_a_misspelled_parameter_is_one_fatal_line_and_exit_1():
+    result = subprocess.run(
+        [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'node', '--ros-args', '--params-file',
+         CONFIG, '-p', 'imu_tpoic:=imu', '-p', f'port:={free_udp_port()}'],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert 'imu_tpoic: unknown parameter; did you mean imu_topic?' in result.stderr
+    assert 'Traceback' not in result.stdout + result.stderr
