@@ -12,6 +12,8 @@ from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0
 STALE_INPUT_AFTER = 1.0
+# Stamps this far from physics time (s, about a day) are on another clock altogether.
+CLOCK_MISMATCH = 1e5
 
 
 class Level(enum.IntEnum):
@@ -47,6 +49,7 @@ class BridgeMonitor:
         self._replied = 0
         self._unanswered = 0
         self._rejected: Dict[str, int] = {}
+        self._left_out: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter],
@@ -92,10 +95,13 @@ class BridgeMonitor:
         topic = self.topics[meter.name]
         values = {'topic': topic, 'rate_hz': f'{meter.rate():.1f}',
                   'age_s': 'never' if age is None else f'{age:.2f}',
-                  'messages': str(meter.count), 'rejected': str(meter.rejected)}
+                  'messages': str(meter.count), 'rejected': str(meter.rejected),
+                  'used': str(meter.used), 'left_out': str(meter.left_out)}
         name = f'{self.prefix}: input {meter.name}'
         newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
         self._rejected[meter.name] = meter.rejected
+        newly_left_out = meter.left_out - self._left_out.get(meter.name, 0)
+        self._left_out[meter.name] = meter.left_out
         missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
         if age is None:
             return Status(missing, name, f'no messages on {topic}', values)
@@ -104,4 +110,20 @@ class BridgeMonitor:
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)
+        if newly_left_out:
+            return Status(Level.WARN, name, f'{meter.rate():.0f} Hz received, but '
+                                            f'{newly_left_out} time(s) left out of replies: '
+                                            f'{left_out_reason(meter.left_out_gap)}', values)
         return Status(Level.OK, name, f'{meter.rate():.0f} Hz', values)
+
+
+def left_out_reason(gap: Optional[float]) -> str:
+    """Why an optional input's samples are too far from the physics time served."""
+    if gap is None:
+        return 'no sample near the physics time served'
+    if abs(gap) > CLOCK_MISMATCH:
+        return (f'its stamps are {-gap:+.0f} s from physics time, another clock (wall time '
+                'against simulated time? start every node with use_sim_time:=true)')
+    side = 'behind' if gap > 0 else 'ahead of'
+    return (f'its latest sample is {abs(gap):.2f} s {side} physics time (more than '
+            'max_optional_age): published too rarely, or stamped late')

@@ -284,7 +284,9 @@ class SensorState:
         before, after = history.around(stamp)
         sample = before if before is not None else after
         if abs(stamp - sample.stamp) > self.settings.max_optional_age:
-            self.meters[name].left_out += 1
+            meter = self.meters[name]
+            meter.left_out += 1
+            meter.left_out_gap = stamp - sample.stamp
             return None
         self.meters[name].used += 1
         return sample.value

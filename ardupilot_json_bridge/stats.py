@@ -17,6 +17,8 @@ class InputMeter:
         self.out_of_order = 0
         self.used = 0
         self.left_out = 0
+        # Physics time served minus the stamp of the sample last left out (s).
+        self.left_out_gap: Optional[float] = None
         self.last_arrival: Optional[float] = None
         self._interval: Optional[float] = None
 

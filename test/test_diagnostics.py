@@ -63,3 +63,21 @@ def test_statuses_cover_configured_inputs_only():
     statuses = monitor().statuses(LinkStats(), [InputMeter('imu'), InputMeter('rc')], 0.0)
     assert [s.name for s in statuses] == ['uav1/json_sitl_bridge: SITL link',
                                           'uav1/json_sitl_bridge: input imu']
+
+
+@pytest.mark.parametrize('gap, words', [
+    (-1.795e9, 'another clock (wall time against simulated time'),  # wall-stamped airspeed
+    (2.5, '2.50 s behind physics time'),
+])
+def test_an_input_received_but_left_out_warns_why_with_a_count(gap, words):
+    watcher, meter = monitor(), InputMeter('wind')
+    for i in range(10):
+        meter.record(i * 0.01)
+    assert watcher.input_status(meter, 0.1).level is Level.OK
+    meter.left_out, meter.left_out_gap = 30, gap
+    status = watcher.input_status(meter, 0.1)
+    assert status.level is Level.WARN
+    assert '30 time(s) left out of replies' in status.message and words in status.message
+    assert status.values['left_out'] == '30' and status.values['used'] == '0'
+    meter.used += 5
+    assert watcher.input_status(meter, 0.1).level is Level.OK   # nothing new left out
