@@ -13,7 +13,8 @@ ROS_EXECUTABLES = ['bridge = ardupilot_json_bridge.node:main',
 
 
 def console_scripts(argv: list) -> list:
-    """The commands to install: ROS executables only for colcon.
+    """
+    Return the commands to install: ROS executables only for colcon.
 
     colcon builds ament_python packages by running `setup.py install` (or `develop` for
     --symlink-install), which puts scripts in lib/<package> (setup.cfg) for ros2 run. pip

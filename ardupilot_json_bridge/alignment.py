@@ -1,4 +1,5 @@
-"""Sensor values at any instant, from short histories of stamped samples.
+"""
+Sensor values at any instant, from short histories of stamped samples.
 
 Between two samples of an input, values are interpolated: position, velocity, rates and
 specific force linearly, attitude by slerp. Past the odometry's ends (before its first sample
@@ -55,7 +56,8 @@ class History(Generic[S]):
         self.samples.clear()
 
     def append(self, stamp: float, sample: S) -> str:
-        """Add a sample newer than the newest; refuse repeated and late stamps.
+        """
+        Add a sample newer than the newest; refuse repeated and late stamps.
 
         A stamp more than RESET_JUMP behind the newest starts the history again (a simulation
         reset or a looping recording).
@@ -88,7 +90,7 @@ class History(Generic[S]):
         return self.stamps[-1] if self.stamps else None
 
     def around(self, stamp: float) -> Tuple[Optional[S], Optional[S]]:
-        """The newest sample at or before stamp and the oldest after it (None where none)."""
+        """Return the newest sample at or before stamp and the oldest after it (or None)."""
         index = bisect.bisect_right(self.stamps, stamp)
         samples = self.samples
         return (samples[index - 1] if index else None,
@@ -96,7 +98,7 @@ class History(Generic[S]):
 
 
 def lerp3(a: Sequence[float], b: Sequence[float], f: float) -> Vector3:
-    """a + f (b - a) for 3-vectors."""
+    """Return a + f (b - a) for 3-vectors."""
     return (a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
 
 
@@ -121,7 +123,7 @@ def slerp(a: Sequence[float], b: Sequence[float], f: float) -> Quaternion:
 
 
 def rotate(q: Sequence[float], v: Sequence[float]) -> Vector3:
-    """v rotated by the w-first unit quaternion q (body to world)."""
+    """Return v rotated by the w-first unit quaternion q (body to world)."""
     w, x, y, z = q
     vx, vy, vz = v
     # t = 2 (q_vec x v); v' = v + w t + q_vec x t
@@ -143,7 +145,8 @@ def imu_at(history: 'History[ImuSample]', stamp: float) -> Tuple[Vector3, Vector
 
 def carry(odometry: OdometrySample, imu: 'History[ImuSample]',
           stamp: float) -> Tuple[Vector3, Vector3, Quaternion]:
-    """Position, velocity and attitude of odometry moved to stamp (either side) by the IMU.
+    """
+    Position, velocity and attitude of odometry moved to stamp (either side) by the IMU.
 
     Midpoint steps of at most CARRY_STEP; without IMU samples, the odometry's own body rates
     turn the attitude and the velocity holds.
@@ -170,7 +173,8 @@ def carry(odometry: OdometrySample, imu: 'History[ImuSample]',
 
 def odometry_at(odometry: 'History[OdometrySample]', imu: 'History[ImuSample]',
                 stamp: float) -> Tuple[Vector3, Vector3, Quaternion, float]:
-    """Position, velocity and attitude at stamp, and the gap to the nearest odometry.
+    """
+    Position, velocity and attitude at stamp, and the gap to the nearest odometry.
 
     Interpolated between the odometry samples around stamp when they are close; otherwise
     the nearer one is carried by the IMU.

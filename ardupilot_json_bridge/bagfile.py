@@ -1,4 +1,5 @@
-"""rosbag2 reading and writing through rosbags: the only module that imports it, lazily.
+"""
+rosbag2 reading and writing through rosbags: the only module that imports it, lazily.
 
 rosbags reads both storage formats (sqlite3, Humble's default; MCAP, Jazzy's) without ROS,
 and carries the message classes of each distribution.
@@ -55,7 +56,7 @@ class BagSpan:
 
 
 def bag_span(path: str) -> BagSpan:
-    """The bag's time span and size, from its metadata (nothing is read)."""
+    """Return the bag's time span and size, from its metadata (nothing is read)."""
     rosbags = _rosbags()
     try:
         with rosbags.highlevel.AnyReader([Path(path)]) as reader:
@@ -65,7 +66,7 @@ def bag_span(path: str) -> BagSpan:
 
 
 def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
-    """The messages of the given topics in log-time order, read lazily as they are needed."""
+    """Return the messages of the given topics in log-time order, read lazily."""
     rosbags = _rosbags()
     wanted = set(topics)
     try:
@@ -81,7 +82,7 @@ def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
 
 
 def typestore(distribution: str = 'humble') -> Any:
-    """rosbags' message classes of a ROS 2 distribution ('humble' or 'jazzy')."""
+    """Return rosbags' message classes of a ROS 2 distribution ('humble' or 'jazzy')."""
     rosbags = _rosbags()
     stores = rosbags.typesys.Stores
     return rosbags.typesys.get_typestore(getattr(stores, f'ROS2_{distribution.upper()}'))
@@ -89,7 +90,8 @@ def typestore(distribution: str = 'humble') -> Any:
 
 def write_bag(path: str, messages: Iterable[Tuple[str, str, int, Any]], store: Any,
               storage: str = 'sqlite3', compress: bool = False) -> None:
-    """Write (topic, msgtype, log_time_ns, message) tuples as a rosbag2 Humble can read.
+    """
+    Write (topic, msgtype, log_time_ns, message) tuples as a rosbag2 Humble can read.
 
     compress: zstd file compression, which ros2 bag play reads with its default plugins.
     """

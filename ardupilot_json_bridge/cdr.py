@@ -1,4 +1,5 @@
-"""Serialized sensor_msgs/Imu and nav_msgs/Odometry (CDR) to objects with ROS field names.
+"""
+Serialized sensor_msgs/Imu and nav_msgs/Odometry (CDR) to objects with ROS field names.
 
 The node takes its two fast topics raw (rclpy's raw=True) and hands the bytes to the link
 process, which decodes them here: rclpy's own conversion builds a Python message of numpy
@@ -97,7 +98,7 @@ def _byte_order(data: bytes) -> str:
 
 
 def _string(data: bytes, offset: int, order: str, field: str) -> Tuple[str, int]:
-    """A CDR string at offset (4-byte aligned length, bytes with NUL): text and next offset."""
+    """Read a CDR string at offset (aligned length, bytes with NUL): text, next offset."""
     offset += -(offset - ENCAPSULATION_SIZE) % 4
     (length,) = LENGTH[order].unpack_from(data, offset)
     start, end = offset + 4, offset + 4 + length
@@ -117,7 +118,7 @@ def _header(data: bytes, order: str) -> Tuple[Header, int]:
 
 
 def decode_imu(data: bytes) -> Imu:
-    """A serialized sensor_msgs/Imu; InvalidSample if it is not one."""
+    """Decode a serialized sensor_msgs/Imu; InvalidSample if it is not one."""
     try:
         order = _byte_order(data)
         header, offset = _header(data, order)
@@ -128,7 +129,7 @@ def decode_imu(data: bytes) -> Imu:
 
 
 def decode_odometry(data: bytes) -> Odometry:
-    """A serialized nav_msgs/Odometry; InvalidSample if it is not one."""
+    """Decode a serialized nav_msgs/Odometry; InvalidSample if it is not one."""
     try:
         order = _byte_order(data)
         header, offset = _header(data, order)

@@ -28,14 +28,14 @@ def _sample_bag() -> str:
 
 
 def load_config(path: Optional[str], namespace: str, overrides: dict) -> BridgeConfig:
-    """The bridge configuration from a ros__parameters file, with command-line overrides."""
+    """Return the bridge configuration from a ros__parameters file, with command-line overrides."""
     parameters = load_parameters_file(path, NODE_NAME, namespace) if path else {}
     parameters.update({k: v for k, v in overrides.items() if v is not None})
     return config_from_parameters(parameters)
 
 
 def format_report(stats: LinkStats, meters: List[InputMeter], now: float) -> str:
-    """The end-of-run summary: link counters, latency and each input's rate and age."""
+    """Return the end-of-run summary: link counters, latency and each input's rate and age."""
     lines = ['link: ' + ', '.join(f'{k} {v}' for k, v in stats.summary().items())]
     for meter in meters:
         if meter.count or meter.rejected:
@@ -143,7 +143,7 @@ def serve(link: SitlLink, source, stop: threading.Event) -> int:
 
 
 def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
-    """A shipped preset: beside the package in a checkout, under share/ when installed."""
+    """Return a shipped preset: beside the package in a checkout, under share/ when installed."""
     here = os.path.dirname(os.path.abspath(__file__))
     for folder in (os.path.join(here, '..', 'config'),
                    os.path.join(sys.prefix, 'share', PACKAGE, 'config')):

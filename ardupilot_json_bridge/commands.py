@@ -1,4 +1,5 @@
-"""Actuator command messages for each output group, built from any set of ROS classes.
+"""
+Actuator command messages for each output group, built from any set of ROS classes.
 
 The node passes rclpy's message classes, the tests rosbags' ones, so construction is checked
 here without ROS. Every field is given by keyword, as both kinds of class accept.
@@ -13,7 +14,8 @@ from ardupilot_json_bridge.pwm import ActuatorField, OutputGroup, OutputKind
 
 @dataclass(frozen=True)
 class MessageClasses:
-    """The message classes (and array constructors) commands are built from.
+    """
+    The message classes (and array constructors) commands are built from.
 
     actuators is None where actuator_msgs is not installed.
     """

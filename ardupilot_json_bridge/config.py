@@ -1,4 +1,5 @@
-"""One configuration for the node, the replay runner and the tests, validated once.
+"""
+One configuration for the node, the replay runner and the tests, validated once.
 
 Settings are ROS parameters: flat names with dots, as a ros__parameters YAML file or the
 node's declared parameters give them. PARAMETERS describes every fixed one (the node declares
@@ -351,7 +352,8 @@ def flatten(tree: Mapping[str, Any], prefix: str = '') -> Dict[str, Any]:
 
 def load_parameters_file(path: str, node_name: str = NODE_NAME,
                          namespace: str = '') -> Dict[str, Any]:
-    """The flat parameters a ros__parameters YAML file gives one node.
+    """
+    Return the flat parameters a ros__parameters YAML file gives one node.
 
     Sections apply as ROS applies them: '/**' first, then the node's own name with or
     without its namespace.
@@ -373,7 +375,7 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
 
 
 def parameter_table() -> str:
-    """The fixed parameters as the Markdown table README.md shows (a test keeps them equal)."""
+    """Return the fixed parameters as README.md's Markdown table (a test keeps them equal)."""
     rows = ['| parameter | default | description |', '| --- | --- | --- |']
     for spec in PARAMETERS:
         default = spec.default

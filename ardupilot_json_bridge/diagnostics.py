@@ -1,4 +1,5 @@
-"""Diagnostic statuses of the link and its inputs, with levels a user can act on.
+"""
+Diagnostic statuses of the link and its inputs, with levels a user can act on.
 
 Pure: the node turns these into diagnostic_msgs/DiagnosticArray; tests read them directly.
 """

@@ -1,4 +1,5 @@
-"""Huginn's FDMData protocol: one-byte sensor requests, big-endian float32 replies, controls.
+"""
+Huginn's FDMData protocol: one-byte sensor requests, big-endian float32 replies, controls.
 
 A request is the request code; a reply is status (0 ok), the echoed code, then the values. A
 malformed or unknown request is answered with the single byte 0xFF. Controls are aileron,
@@ -59,7 +60,7 @@ def describe(request: Request) -> str:
 
 
 def decode_reply(data: bytes, request: Request) -> Tuple[float, ...]:
-    """The values of a reply to request, or FdmDataError saying why there are none."""
+    """Return the values of a reply to request, or FdmDataError saying why there are none."""
     if data == ERROR_REPLY:
         raise FdmDataError(f'{describe(request)}: the simulator answered 0xFF (error: '
                            'unknown or malformed request)')
@@ -79,12 +80,12 @@ def decode_reply(data: bytes, request: Request) -> Tuple[float, ...]:
 
 
 def encode_reply(request: Request, values: Tuple[float, ...], status: int = 0) -> bytes:
-    """A simulator's reply (test servers and tools)."""
+    """Encode a simulator's reply (test servers and tools)."""
     return bytes([status, request]) + struct.pack(f'>{len(values)}f', *values)
 
 
 def encode_controls(aileron: float, elevator: float, rudder: float, throttle: float) -> bytes:
-    """The 16-byte controls datagram, each value clamped to its range."""
+    """Return the 16-byte controls datagram, each value clamped to its range."""
     def clamp(value: float, low: float) -> float:
         return max(low, min(1.0, value))
     return CONTROLS.pack(clamp(aileron, -1.0), clamp(elevator, -1.0), clamp(rudder, -1.0),

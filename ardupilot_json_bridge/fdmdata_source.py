@@ -1,4 +1,5 @@
-"""An FDMData flight simulator as the physics source: polled sensors in, controls out.
+"""
+An FDMData flight simulator as the physics source: polled sensors in, controls out.
 
 The protocol carries no time, so samples are stamped with a monotonic clock since the first
 poll. Positions arrive as float32 latitude and longitude, about 0.4 m apart at mid latitudes:
@@ -36,7 +37,8 @@ SURFACE = ChannelScaling(multiplier=2.0, offset=-0.5)
 
 @dataclass(frozen=True)
 class FdmDataSettings:
-    """Where the simulator is, how often to poll it and how to read and drive it.
+    """
+    Where the simulator is, how often to poll it and how to read and drive it.
 
     channels: SERVO channels of aileron, elevator, rudder and throttle (ArduPlane's SERVO1,
     SERVO2, SERVO4, SERVO3); PWM servo_min..servo_max maps to -1..1 (surfaces), 0..1

@@ -1,4 +1,5 @@
-"""Frame conventions: ROS (REP-103: ENU world, FLU body, x-y-z-w quaternions) to ArduPilot.
+"""
+Frame conventions: ROS (REP-103: ENU world, FLU body, x-y-z-w quaternions) to ArduPilot.
 
 ArduPilot wants NED world, FRD body and scalar-first quaternions that rotate FRD body vectors
 into NED. Quaternions in this module are w-first tuples of floats unless a name says otherwise:
@@ -27,12 +28,12 @@ Q_FLU_FRD = (0.0, 1.0, 0.0, 0.0)
 
 
 def enu_to_ned(vector: Sequence[float]) -> np.ndarray:
-    """A world vector from ENU to NED."""
+    """Convert a world vector from ENU to NED."""
     return ENU_TO_NED @ np.asarray(vector, dtype=float)
 
 
 def flu_to_frd(vector: Sequence[float]) -> np.ndarray:
-    """A body vector from FLU to FRD."""
+    """Convert a body vector from FLU to FRD."""
     return FLU_TO_FRD @ np.asarray(vector, dtype=float)
 
 
@@ -47,7 +48,7 @@ def quaternion_multiply(a: Sequence[float], b: Sequence[float]) -> Quaternion:
 
 
 def canonical(q: Sequence[float]) -> Quaternion:
-    """Unit quaternion with w >= 0 (q and -q are the same rotation)."""
+    """Return the unit quaternion with w >= 0 (q and -q are the same rotation)."""
     w, x, y, z = (float(v) for v in q)
     norm = math.hypot(w, x, y, z)
     if not math.isfinite(norm) or norm < 1e-9:
@@ -105,7 +106,8 @@ def quaternion_to_euler(q: Sequence[float]) -> Tuple[float, float, float]:
 
 def propagate_attitude(q: Sequence[float], gyro: Sequence[float],
                        dt: float) -> Tuple[float, float, float, float]:
-    """Rotate attitude q by body rates gyro held for dt seconds: q * exp(gyro * dt / 2).
+    """
+    Rotate attitude q by body rates gyro held for dt seconds: q * exp(gyro * dt / 2).
 
     dt may be negative (carrying an attitude back in time).
 

@@ -1,4 +1,5 @@
-"""ROS sensor messages to samples: works on any object with the ROS field names.
+"""
+ROS sensor messages to samples: works on any object with the ROS field names.
 
 Nothing here imports ROS, so the same functions serve rclpy messages in the node, rosbags
 messages in the replay runner and plain objects in tests. Each function converts one message
@@ -29,7 +30,8 @@ def stamp_seconds(header: Any) -> float:
 
 
 def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> Matrix3:
-    """Matrix (rows of plain floats) taking IMU-sensor vectors to FRD body vectors.
+    """
+    Matrix (rows of plain floats) taking IMU-sensor vectors to FRD body vectors.
 
     The angles give the sensor frame's orientation in the FLU body frame: zeros for a REP-103
     FLU IMU, (180, 0, 0) for ardupilot_gazebo's IMU, which reads FRD already.
@@ -49,7 +51,7 @@ def _finite3(name: str, msg: Any) -> Vector3:
 
 
 def _checked(name: str, source: Vector3, result: Vector3) -> Vector3:
-    """result of converting source, refused when finite input overflowed in the change."""
+    """Return result (source converted), refused where finite input overflowed in the change."""
     if not all(map(math.isfinite, result)):
         raise InvalidSample(f'{name} is too large to convert: {source}')
     return result
@@ -71,7 +73,8 @@ def _enu_to_ned(v: Vector3) -> Vector3:
 
 
 def imu_to_sample(msg: Any, mounting: Matrix3) -> ImuSample:
-    """sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used).
+    """
+    sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used).
 
     mounting is imu_mounting's matrix.
     """
@@ -83,7 +86,8 @@ def imu_to_sample(msg: Any, mounting: Matrix3) -> ImuSample:
 
 
 def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometrySample:
-    """nav_msgs/Odometry (ENU pose, FLU body twist) to NED position, velocity and attitude.
+    """
+    nav_msgs/Odometry (ENU pose, FLU body twist) to NED position, velocity and attitude.
 
     nav_msgs/Odometry gives the twist in the child (body) frame; some engines publish it in
     the world frame instead, which twist_in_child_frame=False accepts.
@@ -114,7 +118,8 @@ def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometryS
 
 
 def _distance(reading: float, min_range: float, max_range: float) -> Optional[float]:
-    """One REP-117 reading as the distance SITL should see, or None for no reading.
+    """
+    One REP-117 reading as the distance SITL should see, or None for no reading.
 
     +Inf (nothing within range) reads as twice the maximum, as ardupilot_gazebo reports a
     missing return, so ArduPilot flags it out of range high; -Inf (too close) reads as 0,
@@ -136,7 +141,8 @@ def range_to_sample(msg: Any) -> RangeSample:
 
 
 def laser_scan_to_sample(msg: Any) -> RangeSample:
-    """sensor_msgs/LaserScan to its minimum valid ray, as a rangefinder distance.
+    """
+    sensor_msgs/LaserScan to its minimum valid ray, as a rangefinder distance.
 
     A ray is valid within [range_min, range_max]. With none valid, a ray past the maximum
     (or +Inf) reads as no return, one below the minimum (or -Inf) as too close; all NaN is no
@@ -179,7 +185,8 @@ def battery_to_sample(msg: Any) -> BatterySample:
 
 
 def joy_to_rc(msg: Any) -> RcSample:
-    """sensor_msgs/Joy to RC PWM: axes first (-1..1 to 1000..2000 us), then buttons.
+    """
+    sensor_msgs/Joy to RC PWM: axes first (-1..1 to 1000..2000 us), then buttons.
 
     A pressed button reads 2000 us, released 1000 us; RC channels past the axes and buttons
     the joystick has are left out.

@@ -1,4 +1,5 @@
-"""What the launch files start, decided without launch_ros so it can be tested anywhere.
+"""
+What the launch files start, decided without launch_ros so it can be tested anywhere.
 
 Launch arguments arrive as strings; these functions validate them and return the node
 configurations (namespace, instance, port, parameters) the launch files hand to launch_ros.
@@ -58,7 +59,7 @@ def parse_namespace(name: str, text: str) -> str:
 
 def bridge_parameters(instance: int, use_sim_time: bool,
                       params_file: str) -> List[Union[str, Dict[str, Any]]]:
-    """The parameters list of one bridge node: the file first, launch arguments over it."""
+    """Return the parameters list of one bridge node: the file first, launch arguments over it."""
     parameters: List[Union[str, Dict[str, Any]]] = [params_file] if params_file else []
     parameters.append({'instance': instance, 'use_sim_time': use_sim_time})
     return parameters
@@ -79,7 +80,8 @@ def single_vehicle(namespace: str, instance: str) -> VehicleLaunch:
 
 
 def fleet(count: str, prefix: str, first_instance: str) -> List[VehicleLaunch]:
-    """fleet.launch.py's vehicles: <prefix><instance> in namespaces, instances in a row.
+    """
+    fleet.launch.py's vehicles: <prefix><instance> in namespaces, instances in a row.
 
     Instance N listens on 9002 + 10 N, which is where sim_vehicle.py -I N sends.
     """

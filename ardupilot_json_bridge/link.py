@@ -1,4 +1,5 @@
-"""The JSON SITL link: a UDP socket, one SITL peer, one reply per servo packet.
+"""
+The JSON SITL link: a UDP socket, one SITL peer, one reply per servo packet.
 
 Runs in its own thread and blocks on its socket (and, per frame, on the state's condition
 variable), so an idle link costs no CPU and simulated time stopping cannot stall it.
@@ -256,7 +257,7 @@ class SitlLink:
 
     def _grid_instant(self, packet: ServoPacket,
                       timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
-        """The instant of SITL's next frame on the grid, and its timestamp."""
+        """Return the instant of SITL's next frame on the grid, and its timestamp."""
         state, session = self.state, self.session
         grid = session.grid
         if grid is None or session.resets != state.resets:
@@ -286,7 +287,7 @@ class SitlLink:
         return result, grid.timestamp_of(grid.index + 1)
 
     def _sample_instant(self, timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
-        """The next primary sample's instant (lock-step sources), and its timestamp."""
+        """Return the next primary sample's instant (lock-step sources), and its timestamp."""
         state, session = self.state, self.session
         deadline = self._clock() + timeout
         after = session.served_sequence

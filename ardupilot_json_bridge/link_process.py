@@ -1,4 +1,5 @@
-"""The SITL link in a process of its own, fed samples through a socket.
+"""
+The SITL link in a process of its own, fed samples through a socket.
 
 A busy ROS executor holds Python's GIL most of the time; a link thread beside it waits for the
 GIL on every frame, and SITL then runs at a fraction of its rate. Here the node keeps the
@@ -87,7 +88,7 @@ class LinkProcess:
         self._forward(RC, sample)
 
     def push_serialized(self, route_index: int, data: bytes) -> None:
-        """A message as rclpy received it raw, for the child to decode (routes.serialized)."""
+        """Forward a message as rclpy received it raw, for the child to decode."""
         try:
             self._sendmsg((bytes((SERIALIZED, route_index)), data))
         except OSError:
@@ -97,7 +98,7 @@ class LinkProcess:
         self._forward(REJECTED, name)
 
     def update_settings(self, link: Any, state: Any) -> None:
-        """New LinkSettings and StateSettings for the running link."""
+        """Apply new LinkSettings and StateSettings for the running link."""
         self._forward(SETTINGS, (link, state))
 
     def _read(self) -> None:

@@ -1,4 +1,5 @@
-"""mujoco_sim: the MuJoCo vehicle as a free-running ROS 2 simulator, like Gazebo.
+"""
+mujoco_sim: the MuJoCo vehicle as a free-running ROS 2 simulator, like Gazebo.
 
 Publishes /clock, `imu` (sensor_msgs/Imu, FLU, every physics step) and `odom`
 (nav_msgs/Odometry, ENU pose, twist in the child frame, at odom_rate), and takes rotor speeds

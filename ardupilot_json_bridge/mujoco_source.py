@@ -1,4 +1,5 @@
-"""MuJoCo in true lock-step with SITL: each new frame applies its PWM and steps the physics.
+"""
+MuJoCo in true lock-step with SITL: each new frame applies its PWM and steps the physics.
 
 The link calls on_frame for every new SITL frame (never for a duplicate, which is answered
 again from the last reply), then serves the sample this pushed: SITL's clock is the model's.
@@ -25,7 +26,7 @@ def _tuple(values) -> Tuple[float, float, float]:
 
 
 def vehicle_samples(state: VehicleState) -> Tuple[ImuSample, OdometrySample]:
-    """The IMU and odometry samples (ArduPilot conventions) of a ROS-convention state."""
+    """Return the IMU and odometry samples (ArduPilot conventions) of a ROS-convention state."""
     gyro = _tuple(FLU_TO_FRD @ state.body_rates)
     quaternion = tuple(float(v) for v in ros_to_ned_frd(*state.orientation))
     imu = ImuSample(state.time, gyro, _tuple(FLU_TO_FRD @ state.specific_force))

@@ -1,4 +1,5 @@
-"""A MuJoCo multirotor: rotor speeds in, ROS-convention sensors and truth out.
+"""
+A MuJoCo multirotor: rotor speeds in, ROS-convention sensors and truth out.
 
 The engine behind `ardupilot-json-bridge mujoco` (lock-step) and the `mujoco_sim` node
 (free-running). Rotors take speed commands in rad/s, as Gazebo's MulticopterMotorModel does;
@@ -35,7 +36,8 @@ def _mujoco():
 
 @dataclass(slots=True)
 class VehicleState:
-    """The vehicle at one instant, in ROS conventions (REP-103).
+    """
+    The vehicle at one instant, in ROS conventions (REP-103).
 
     position and velocity in the ENU world; orientation x, y, z, w of FLU body in ENU;
     body_rates and specific_force (what the IMU reads) and body_velocity in FLU.
@@ -141,7 +143,7 @@ class MujocoVehicle:
             specific_force=tuple(float(v) for v in sensors[self._accel]))
 
     def view(self) -> Optional[object]:
-        """MuJoCo's passive viewer on this model, or None where no display can open."""
+        """Show MuJoCo's passive viewer on this model, or None where no display can open."""
         try:
             import mujoco.viewer
             return mujoco.viewer.launch_passive(self.model, self.data)

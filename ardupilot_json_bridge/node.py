@@ -1,4 +1,5 @@
-"""The json_sitl_bridge node: simulator topics in, ArduPilot SITL link, actuator commands out.
+"""
+The json_sitl_bridge node: simulator topics in, ArduPilot SITL link, actuator commands out.
 
 The only module that imports rclpy and message packages, written against what Humble and
 Jazzy both offer. The UDP link runs in a thread of its own: nothing on the data path waits for
@@ -63,13 +64,13 @@ LEVELS = {Level.OK: 'OK', Level.WARN: 'WARN', Level.ERROR: 'ERROR', Level.STALE:
 
 
 def message_class(msgtype: str) -> Any:
-    """The rclpy class of 'package/msg/Name'."""
+    """Return the rclpy class of 'package/msg/Name'."""
     package, _, name = msgtype.split('/')
     return getattr(importlib.import_module(f'{package}.msg'), name)
 
 
 def parameter_descriptor(spec: ParameterSpec) -> ParameterDescriptor:
-    """A ROS parameter descriptor from a ParameterSpec (numbers take ints or floats)."""
+    """Return a ROS parameter descriptor from a ParameterSpec (numbers take ints or floats)."""
     descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
     if spec.choices:
         descriptor.additional_constraints = 'one of: ' + ', '.join(spec.choices)
@@ -88,7 +89,7 @@ def parameter_descriptor(spec: ParameterSpec) -> ParameterDescriptor:
 
 
 def rclpy_message_classes() -> MessageClasses:
-    """The classes commands are built from here; Actuators only if actuator_msgs exists."""
+    """Return the classes commands are built from here; Actuators only if actuator_msgs exists."""
     try:
         from actuator_msgs.msg import Actuators
     except ImportError:
@@ -257,7 +258,8 @@ class JsonSitlBridge(Node):
         return SetParametersResult(successful=True)
 
     def destroy_node(self) -> None:
-        """Stop the link process (releasing its port) before the node goes.
+        """
+        Stop the link process (releasing its port) before the node goes.
 
         Safe on a node whose construction failed: Kilted's rclpy.shutdown() destroys every
         node of the context, half-built ones included.
@@ -276,7 +278,8 @@ class JsonSitlBridge(Node):
 
 def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
              args: Optional[List[str]] = None) -> int:
-    """Init rclpy, spin the node factory makes, and clean up: the main of every node here.
+    """
+    Init rclpy, spin the node factory makes, and clean up: the main of every node here.
 
     An exception in fatal (a bad parameter, a port in use) is one FATAL line and exit 1;
     Ctrl-C and SIGTERM are a clean exit 0.

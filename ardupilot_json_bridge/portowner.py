@@ -20,7 +20,7 @@ def _socket_inodes(port: int) -> set:
 
 
 def shorten(command: str, limit: int = 100) -> str:
-    """A command line cut to one readable line."""
+    """Shorten to a command line cut to one readable line."""
     line = ' '.join(command.split())
     return line if len(line) <= limit else line[:limit - 3] + '...'
 

@@ -1,4 +1,5 @@
-"""ArduPilot JSON SITL wire format: servo packets in, one JSON sensor line out.
+"""
+ArduPilot JSON SITL wire format: servo packets in, one JSON sensor line out.
 
 SITL's reply parser is a substring search, not a JSON parser, so the encoder here writes the
 reply by hand: compact separators, finite numbers only, 0/1 booleans and a key order in which
@@ -38,7 +39,8 @@ class ReplyError(ValueError):
 
 @dataclass(slots=True)
 class ServoPacket:
-    """One SITL physics frame: the servo outputs SITL wants applied for the next step.
+    """
+    One SITL physics frame: the servo outputs SITL wants applied for the next step.
 
     Per-frame objects are plain slotted dataclasses: a frozen one costs more to build than
     the rest of the frame's work, and nothing mutates them.
@@ -101,7 +103,8 @@ def encode_servo_packet(frame_count: int, pwm: Sequence[int], frame_rate: int = 
 
 @dataclass(slots=True)
 class SensorReply:
-    """Everything one reply tells SITL, in ArduPilot conventions (NED world, FRD body).
+    """
+    Everything one reply tells SITL, in ArduPilot conventions (NED world, FRD body).
 
     Optional fields are None when absent; rangefinders and rc are positional (index 0 is
     rng_1 or rc_1) and may hold None for a channel with no value.
@@ -169,7 +172,8 @@ def _not_finite(values: Tuple[float, ...]) -> str:
 
 
 def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
-    """Encode one reply datagram; also return the optional keys left out, each with why.
+    """
+    Encode one reply datagram; also return the optional keys left out, each with why.
 
     A key is left out when its value is not finite, or when its name begins with the name of
     an absent key (rc_10 when rc_1 is absent), which SITL's substring search would misread.

@@ -1,4 +1,5 @@
-"""SERVO outputs (PWM, microseconds) to actuator commands, with ardupilot_gazebo's formula.
+"""
+SERVO outputs (PWM, microseconds) to actuator commands, with ardupilot_gazebo's formula.
 
 raw = clamp((pwm - servo_min) / (servo_max - servo_min), 0, 1); command = multiplier *
 (raw + offset). PWM 0 means SITL drives nothing on that channel, so the output keeps its last

@@ -1,4 +1,5 @@
-"""Bag replay: a recorded simulation as the physics source, paced by its own stamps.
+"""
+Bag replay: a recorded simulation as the physics source, paced by its own stamps.
 
 With rate R > 0 messages are delivered at their log times divided by R (wall clock) and SITL
 is served on its own frame grid; with R = 0 each primary sample waits until the link has
@@ -30,7 +31,7 @@ LOOKAHEAD_NS = 100_000_000
 
 
 def resolve_topic(namespace: str, topic: str) -> str:
-    """The absolute name a relative topic has under a namespace, as ROS resolves it."""
+    """Return the absolute name a relative topic has under a namespace, as ROS resolves it."""
     parts = [p for p in (namespace.strip('/'), topic.strip('/')) if p]
     return '/' + '/'.join(parts)
 
@@ -146,7 +147,8 @@ class BagReplay:
             offset += self.span + (self.primary_step or 1e-3)
 
     def _deliver(self, message: BagMessage, offset: float) -> bool:
-        """Deliver one message at its time (rate > 0); False when asked to stop.
+        """
+        Deliver one message at its time (rate > 0); False when asked to stop.
 
         Topics without headers are stamped with their log time moved into the header-stamp
         domain (a bag recorded without --use-sim-time logs wall time, its headers sim time).

@@ -17,7 +17,8 @@ MIN_DIFFERENCE_SPAN = 0.004
 
 def imu_from_odometry(history: 'History[OdometrySample]',
                       current: OdometrySample) -> ImuSample:
-    """Gyro and specific force for engines without an IMU, from successive odometry.
+    """
+    Gyro and specific force for engines without an IMU, from successive odometry.
 
     Body rates come from the odometry twist. Specific force is the velocity's difference
     against the newest earlier sample at least MIN_DIFFERENCE_SPAN older, less gravity, in
@@ -37,7 +38,8 @@ def imu_from_odometry(history: 'History[OdometrySample]',
 
 def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, float, float],
              quaternion: Tuple[float, float, float, float]) -> Tuple[float, float]:
-    """Apparent wind: direction (rad clockwise from the nose, 0 head to wind) and speed.
+    """
+    Apparent wind: direction (rad clockwise from the nose, 0 head to wind) and speed.
 
     Values too large to combine give NaN, which the encoder leaves out of the reply.
     """
@@ -50,7 +52,7 @@ def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, fl
 
 def build_reply(instant, timestamp: float, no_time_sync: bool = False,
                 no_lockstep: bool = False) -> SensorReply:
-    """The reply for one aligned instant at SITL session time timestamp."""
+    """Return the reply for one aligned instant at SITL session time timestamp."""
     wind = instant.wind
     return SensorReply(
         timestamp=timestamp, gyro=instant.gyro, accel_body=instant.accel,

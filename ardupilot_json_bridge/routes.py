@@ -25,7 +25,8 @@ SERIALIZED_DECODERS: Dict[str, Callable[[bytes], Any]] = {
 
 @dataclass(frozen=True)
 class InputRoute:
-    """One subscribed topic: its message type, its conversion and the state input it feeds.
+    """
+    One subscribed topic: its message type, its conversion and the state input it feeds.
 
     convert takes the message and the time it was received (the stamp used when the message
     has none, or a zero one).
@@ -40,7 +41,7 @@ class InputRoute:
 
 
 def input_routes(config: BridgeConfig, state: SensorState) -> List[InputRoute]:
-    """The routes a configuration asks for, mandatory ones first."""
+    """Return the routes a configuration asks for, mandatory ones first."""
     settings = config.inputs
     mounting = inputs.imu_mounting(*settings.imu_mounting_rpy)
     in_child_frame = settings.odom_twist_frame == 'child'
@@ -72,14 +73,15 @@ def input_routes(config: BridgeConfig, state: SensorState) -> List[InputRoute]:
 
 
 def serialized(route: InputRoute) -> InputRoute:
-    """The route taking the CDR bytes of its messages (one of SERIALIZED_DECODERS' types)."""
+    """Return the route taking its messages as CDR bytes (a SERIALIZED_DECODERS type)."""
     decode, convert = SERIALIZED_DECODERS[route.msgtype], route.convert
     return replace(route, convert=lambda data, received: convert(decode(data), received))
 
 
 def deliver(route: InputRoute, message: Any, received: float, state: SensorState,
             warnings: RateLimitedLog, stamp_offset: float = 0.0) -> bool:
-    """Convert a message and push it; a bad message is counted and reported, not raised.
+    """
+    Convert a message and push it; a bad message is counted and reported, not raised.
 
     received stamps messages that carry no header; stamp_offset shifts the stamp (a looping
     replay).

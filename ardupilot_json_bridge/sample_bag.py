@@ -1,4 +1,5 @@
-"""Synthetic simulator bags: a vehicle in steady motion, as Gazebo would publish it.
+"""
+Synthetic simulator bags: a vehicle in steady motion, as Gazebo would publish it.
 
 Makes the sample bag shipped with the package (a vehicle resting on the ground, so that
 `ardupilot-json-bridge replay` links up with SITL with nothing else installed) and the bags
@@ -22,7 +23,8 @@ ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 
 @dataclass(frozen=True)
 class SteadyMotion:
-    """Level flight (or rest) in ENU: constant world velocity and yaw rate, REP-103 body.
+    """
+    Level flight (or rest) in ENU: constant world velocity and yaw rate, REP-103 body.
 
     yaw is measured from east, counter-clockwise, as in ROS.
     """
@@ -58,7 +60,7 @@ def _yaw_quaternion(store: Any, yaw: float) -> Any:
 
 
 def imu_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
-    """What a level, FLU-mounted IMU reads at motion time t: yaw rate and gravity's reaction."""
+    """Return what a level FLU IMU reads at motion time t: yaw rate, gravity's reaction."""
     types = store.types
     header = types['std_msgs/msg/Header'](stamp=_stamp(store, stamp), frame_id='imu_link')
     return types[IMU_TYPE](
@@ -92,7 +94,8 @@ def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate:
                     odometry_rate: float, namespace: str = '', start: float = 0.0,
                     imu_first: bool = False, odometry_delay: float = 0.0
                     ) -> Iterator[Tuple[str, str, int, Any]]:
-    """(topic, type, log time ns, message) of IMU and odometry over duration, in log order.
+    """
+    (topic, type, log time ns, message) of IMU and odometry over duration, in log order.
 
     Odometry is logged odometry_delay after its stamp; at equal log times odometry comes
     first unless imu_first.
@@ -128,7 +131,8 @@ def write_motion_bag(path: str, motion: SteadyMotion, duration: float, imu_rate:
 
 
 def main() -> None:
-    """Write the shipped sample: 2 s at rest, facing north, on the ground at the origin.
+    """
+    Write the shipped sample: 2 s at rest, facing north, on the ground at the origin.
 
     IMU at 1200 Hz, SITL's default physics rate: Copter needs physics well above its 400 Hz
     loop.

@@ -1,4 +1,5 @@
-"""Stamped samples in ArduPilot conventions: what sources push and the state holds.
+"""
+Stamped samples in ArduPilot conventions: what sources push and the state holds.
 
 Stamps are the source's physics time in seconds (ROS header stamps, bag stamps, a simulator's
 clock); the state turns them into SITL session time.
@@ -27,7 +28,8 @@ class ImuSample:
 
 @dataclass(frozen=True)
 class OdometrySample:
-    """Pose and rates of the body: NED position (m) and velocity (m/s), FRD gyro (rad/s).
+    """
+    Pose and rates of the body: NED position (m) and velocity (m/s), FRD gyro (rad/s).
 
     quaternion is w-first and rotates FRD body vectors into NED.
     """

@@ -1,4 +1,5 @@
-"""One SITL session: what each frame_count means, and the session's physics clock.
+"""
+One SITL session: what each frame_count means, and the session's physics clock.
 
 SITL increments frame_count only after it accepted a reply, so a repeated count asks for the
 last reply again and a lower count means SITL restarted. Timestamps count from the first
@@ -41,14 +42,14 @@ class FrameGrid:
     __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index')
 
     def __init__(self, stamp: float, rate: int) -> None:
-        """A grid whose first frame is at source time stamp and session time 0."""
+        """Start a grid whose first frame is at source time stamp and session time 0."""
         self.base_stamp = stamp
         self.base_timestamp = 0.0
         self.rate = rate or DEFAULT_FRAME_RATE
         self.index = -1
 
     def next_instant(self, rate: int) -> float:
-        """The source instant of the next frame, re-basing first if the rate changed."""
+        """Return the source instant of the next frame, re-basing first if the rate changed."""
         rate = rate or DEFAULT_FRAME_RATE
         if rate != self.rate and self.index < 0:
             self.rate = rate
@@ -73,13 +74,13 @@ class FrameGrid:
         return 0
 
     def restart_at(self, stamp: float) -> None:
-        """The source's clock jumped (a simulation reset): carry on from stamp next frame."""
+        """Carry on from stamp next frame: the source's clock jumped (a simulation reset)."""
         self.base_stamp = stamp - 1.0 / self.rate
         self.base_timestamp = self.timestamp_of(self.index)
         self.index = 0
 
     def advance(self) -> float:
-        """The next frame was answered; its timestamp."""
+        """Record that the next frame was answered, and return its timestamp."""
         self.index += 1
         return self.timestamp_of(self.index)
 
@@ -118,7 +119,8 @@ class SitlSession:
         return FrameVerdict(FrameKind.NEW, lost=frame_count - last - 1)
 
     def timestamp_for(self, stamp: float) -> Optional[float]:
-        """Session time of a sample's stamp (samples pacing); None if not newer than the last.
+        """
+        Session time of a sample's stamp (samples pacing); None if not newer than the last.
 
         A source clock that jumps back (a simulation reset, a looping bag) is re-based so
         SITL's clock keeps running forward by the last step.

@@ -1,4 +1,5 @@
-"""Settings of the link and the state: plain dataclasses any layer may import.
+"""
+Settings of the link and the state: plain dataclasses any layer may import.
 
 Kept apart from the runtime modules so configuration, diagnostics and launch files read them
 without importing sockets, threads or numpy.
@@ -14,7 +15,7 @@ SAMPLES = 'samples'
 
 
 def sitl_port(instance: int) -> int:
-    """The UDP port SITL instance -I N sends its servo packets to."""
+    """Return the UDP port SITL instance -I N sends its servo packets to."""
     return SITL_BASE_PORT + SITL_PORT_STRIDE * instance
 
 
@@ -32,13 +33,14 @@ class LinkSettings:
 
     @property
     def listen_port(self) -> int:
-        """The configured port, or SITL's default for the instance when port is 0."""
+        """Return the configured port, or SITL's default for the instance when port is 0."""
         return self.port or sitl_port(self.instance)
 
 
 @dataclass(frozen=True)
 class StateSettings:
-    """How the state aligns and judges its inputs (seconds of physics time).
+    """
+    How the state aligns and judges its inputs (seconds of physics time).
 
     pacing is GRID for free-running sources and SAMPLES for lock-step ones; horizon is how
     far an instant may lie past the newest primary sample and still be answered, by

@@ -1,4 +1,5 @@
-"""Short histories of every input, and the one instant each SITL reply describes.
+"""
+Short histories of every input, and the one instant each SITL reply describes.
 
 Sources push samples from their own threads; the link asks for an instant and waits on one
 condition variable until the samples reach it. Two pacings:
@@ -50,7 +51,8 @@ def input_names(settings: StateSettings) -> List[str]:
 
 @dataclass(slots=True)
 class Instant:
-    """Every value of one reply, aligned to stamp (the source's physics time).
+    """
+    Every value of one reply, aligned to stamp (the source's physics time).
 
     sequence numbers primary samples (samples pacing); skipped counts samples (samples
     pacing) passed over to catch up.
@@ -109,7 +111,7 @@ class SensorState:
 
     @property
     def primary(self) -> str:
-        """The input whose samples pace the replies."""
+        """Return the input whose samples pace the replies."""
         return ODOMETRY if self.settings.odometry_only else IMU
 
     @property
@@ -224,7 +226,8 @@ class SensorState:
                                     '(simulation paused or stopped?)')
 
     def wait_for_sample(self, after: int, timeout: float) -> Union[Instant, Unavailable]:
-        """Block until the primary sample after sequence after can be served; its instant.
+        """
+        Block until the primary sample after sequence after can be served; its instant.
 
         When SITL lags the newest sample by more than max_backlog, the newest is served. A
         sample without odometry near it waits for odometry until the timeout.
@@ -277,7 +280,7 @@ class SensorState:
             rc=self._value_at(RC, stamp) if len(optional[RC]) else None)
 
     def _value_at(self, name: str, stamp: float):
-        """The optional input's latest value at stamp; None (and counted) if too far off."""
+        """Return the optional input's latest value at stamp; None (and counted) if too far off."""
         history = self._optional[name]
         if not len(history):
             return None
@@ -292,7 +295,7 @@ class SensorState:
         return sample.value
 
     def mark_served(self, sequence: int) -> None:
-        """The link answered SITL with this primary sample (samples pacing): wake a source."""
+        """Record that the link answered SITL with this primary sample, and wake a source."""
         with self._condition:
             self._served = max(self._served, sequence)
             self._condition.notify_all()
@@ -305,7 +308,7 @@ class SensorState:
 
     @property
     def closed(self) -> bool:
-        """True once close() was called."""
+        """Return True once close() was called."""
         return self._closed
 
     def close(self) -> None:
@@ -316,5 +319,5 @@ class SensorState:
 
     @property
     def grid(self) -> bool:
-        """True when replies follow SITL's frame grid rather than the samples."""
+        """Return True when replies follow SITL's frame grid rather than the samples."""
         return self.settings.pacing == GRID

@@ -85,7 +85,7 @@ class LinkStats:
     latency: LatencyWindow = field(default_factory=LatencyWindow)
 
     def summary(self) -> Dict[str, object]:
-        """A plain dict of the counters and latency percentiles, in microseconds."""
+        """Return a plain dict of the counters and latency percentiles, in microseconds."""
         p50, p99 = self.latency.percentile(0.5), self.latency.percentile(0.99)
         return {
             'received': self.received, 'replied': self.replied,

@@ -1,4 +1,5 @@
-"""The baseline of benchmarks/node_cpu.py: a bare rclpy node doing the least a bridge must.
+"""
+The baseline of benchmarks/node_cpu.py: a bare rclpy node doing the least a bridge must.
 
 It receives the simulator's `imu` and `odom` as the bridge does (sensor-data QoS, messages
 deserialized by rclpy), publishes one std_msgs/Float64MultiArray of four values per IMU

@@ -1,4 +1,5 @@
-"""CPU of the bridge node against a bare rclpy subscriber, side by side, with real SITL.
+"""
+CPU of the bridge node against a bare rclpy subscriber, side by side, with real SITL.
 
     ARDUPILOT_SITL_DIR=../shared/tools/ardupilot python benchmarks/node_cpu.py [--seconds 20]
 
@@ -31,7 +32,7 @@ INSTANCE = 4
 
 
 def children(pid: int) -> List[int]:
-    """The direct children of pid, from /proc."""
+    """Return the direct children of pid, from /proc."""
     found = []
     for task in glob.glob(f'/proc/{pid}/task/*/children'):
         with open(task) as stream:

@@ -1,4 +1,5 @@
-"""Benchmarks of the bridge against baselines measured in the same run.
+"""
+Benchmarks of the bridge against baselines measured in the same run.
 
     python benchmarks/run.py            # full run, about two minutes
     python benchmarks/run.py --quick    # fewer frames, for a smoke test
@@ -86,7 +87,7 @@ def start_bridge(port: int) -> SitlLink:
 
 
 def echo_server(port: int, reply: bytes, stop: threading.Event) -> threading.Thread:
-    """The floor for any Python backend: receive, send a pre-encoded reply."""
+    """Return the floor for any Python backend: receive, send a pre-encoded reply."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(('127.0.0.1', port))
 
@@ -115,7 +116,7 @@ def unpin() -> None:
 
 def sitl_client(port: int, frames: int, rate: float, cpu: int,
                 results: 'multiprocessing.Queue') -> None:
-    """SITL's side: send a servo packet, wait for the reply, repeat (paced if rate > 0)."""
+    """Return SITL's side: send a servo packet, wait for the reply, repeat (paced if rate > 0)."""
     if cpu >= 0:
         pin(cpu)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -171,7 +172,8 @@ def percentile(values: List[float], fraction: float) -> float:
 
 
 def round_trip(frames: int, rounds: int) -> Dict[str, float]:
-    """Echo and bridge in alternating rounds, so machine noise hits both alike.
+    """
+    Echo and bridge in alternating rounds, so machine noise hits both alike.
 
     Client and servers share core 0 throughout: lock-step ping-pong across two cores of a VM
     measures the hypervisor's wake-up latency more than either server.

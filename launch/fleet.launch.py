@@ -1,4 +1,5 @@
-"""N bridges: ros2 launch ardupilot_json_bridge fleet.launch.py count:=3.
+"""
+N bridges: ros2 launch ardupilot_json_bridge fleet.launch.py count:=3.
 
 Vehicle k (k = first_instance ...) runs in namespace <namespace_prefix><k> and serves SITL
 instance k on UDP 9002 + 10 k: start SITL with sim_vehicle.py -I k.

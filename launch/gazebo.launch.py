@@ -1,4 +1,5 @@
-"""Gazebo Harmonic, ros_gz_bridge and the bridge for the example quad X.
+"""
+Gazebo Harmonic, ros_gz_bridge and the bridge for the example quad X.
 
 ros2 launch ardupilot_json_bridge gazebo.launch.py, then
 sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 (instance 0).

@@ -14,7 +14,7 @@ from sitl_peer import SitlPeer
 
 
 def free_udp_port() -> int:
-    """A UDP port nothing on loopback holds right now."""
+    """Return a UDP port nothing on loopback holds right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(('127.0.0.1', 0))
         return sock.getsockname()[1]
@@ -22,7 +22,8 @@ def free_udp_port() -> int:
 
 @pytest.fixture
 def patient_config(tmp_path) -> str:
-    """A parameters file letting a test's SITL peer lag a real-time source by up to 10 s.
+    """
+    Return a parameters file letting a test's SITL peer lag a real-time source by up to 10 s.
 
     On a busy 2-core machine the peer can fall more than the default 50 ms behind; the grid
     would then rightly skip ahead, and tests of exact frame steps would see that jump.
@@ -34,7 +35,8 @@ def patient_config(tmp_path) -> str:
 
 @pytest.fixture
 def make_link() -> Iterator:
-    """Factory of started links (with their states) that are stopped after the test.
+    """
+    Make of started links (with their states) that are stopped after the test.
 
     Links serve one sample per frame unless state_settings say otherwise, so tests of the
     session logic control every timestamp.
@@ -59,7 +61,7 @@ def make_link() -> Iterator:
 
 @pytest.fixture
 def make_peer() -> Iterator:
-    """Factory of SITL peers aimed at a port, closed after the test."""
+    """Make of SITL peers aimed at a port, closed after the test."""
     peers: List[SitlPeer] = []
 
     def make(port: int, channels: int = 16) -> SitlPeer:

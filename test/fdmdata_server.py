@@ -1,4 +1,5 @@
-"""An FDMData simulator for tests, written from shared/spec/fdmdata.md.
+"""
+An FDMData simulator for tests, written from shared/spec/fdmdata.md.
 
 Serves a scripted aircraft (a steady climb or a steady turn) on a data socket, records the
 controls datagrams it receives, and can misbehave on demand: 0xFF error replies, short and
@@ -32,7 +33,7 @@ class ScriptedFlight:
     pitch: float = 0.0
 
     def at(self, t: float) -> Dict[str, float]:
-        """The aircraft after t seconds (spherical Earth, exact for straight flight)."""
+        """Return the aircraft after t seconds (spherical Earth, exact for straight flight)."""
         heading = self.heading + self.turn_rate * t
         horizontal = math.sqrt(self.airspeed ** 2 - self.climb ** 2)
         if self.turn_rate:

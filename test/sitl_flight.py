@@ -1,4 +1,5 @@
-"""Fly real ArduCopter SITL over MAVLink: EKF ready, GUIDED, arm, take off, hover, land.
+"""
+Fly real ArduCopter SITL over MAVLink: EKF ready, GUIDED, arm, take off, hover, land.
 
 Used by the tests where ARDUPILOT_SITL_DIR names a folder with a prebuilt `arducopter` and its
 `copter.parm` (CI sets it when ../shared has them); elsewhere those tests skip.
@@ -18,7 +19,7 @@ SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
 
 
 def sitl_binary(name: str = 'arducopter') -> Optional[str]:
-    """The prebuilt SITL binary, or None where there is none."""
+    """Return the prebuilt SITL binary, or None where there is none."""
     folder = os.environ.get(SITL_DIR_VARIABLE, '')
     path = os.path.join(folder, name)
     return path if folder and os.access(path, os.X_OK) else None
@@ -53,8 +54,12 @@ class Sitl:
             return stream.read()
 
     def figures(self) -> Tuple[Optional[float], Optional[float], int]:
-        """SITL's own view from its newest dataflash log: median gyro sample rate (Hz, IMU.GHz),
-        median main loop rate (Hz, PM.LR) and the count of long loops (PM.NLon)."""
+        """
+        Return SITL's own figures, from its newest dataflash log.
+
+        The median gyro sample rate (Hz, IMU.GHz), the median main loop rate (Hz, PM.LR) and
+        the count of long loops (PM.NLon).
+        """
         from pymavlink import DFReader
         logs = sorted(glob.glob(os.path.join(self.folder, 'logs', '*.BIN')),
                       key=os.path.getmtime)
@@ -193,7 +198,8 @@ class Flight:
 
 def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
         timeout: float = 240.0) -> FlightRecord:
-    """EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
+    """
+    EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
 
     truth gives the simulator's own height above its start, sampled with SITL's altitude.
     """

@@ -1,4 +1,5 @@
-"""A SITL stand-in for tests: sends servo packets and reads replies as ArduPilot does.
+"""
+A SITL stand-in for tests: sends servo packets and reads replies as ArduPilot does.
 
 ArduPilot's JSON backend (libraries/SITL/SIM_JSON.cpp) does not parse JSON: for every entry of
 its key table it finds the section, then the key, with strstr, steps past the key and two more
@@ -80,7 +81,7 @@ def _sscanf_vector(text: str, count: int) -> Optional[Tuple[float, ...]]:
 
 
 def _tolerant_vector(text: str, count: int) -> Optional[Tuple[float, ...]]:
-    """The 4.7 reading: white space allowed around '[', ',' and ']'."""
+    """Return the 4.7 reading: white space allowed around '[', ',' and ']'."""
     text = text.lstrip()
     if not text.startswith('['):
         return None
@@ -102,7 +103,8 @@ def _tolerant_vector(text: str, count: int) -> Optional[Tuple[float, ...]]:
 
 
 def parse_reply(datagram: bytes, dialect: str = '4.6') -> Dict[str, object]:
-    """Read one reply datagram as SITL would; raise SitlRejected where SITL would not take it.
+    """
+    Read one reply datagram as SITL would; raise SitlRejected where SITL would not take it.
 
     Returns {'section.key' or 'key': value} for every key found.
     """
@@ -169,7 +171,7 @@ class SitlPeer:
         self.sock.sendto(data, self.target)
 
     def receive(self, timeout: float = 2.0) -> Optional[bytes]:
-        """The next reply datagram, or None when none comes within timeout."""
+        """Return the next reply datagram, or None when none comes within timeout."""
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(65536)

@@ -1,4 +1,5 @@
-"""Replies on SITL's frame grid, checked against an independent trajectory at every instant.
+"""
+Replies on SITL's frame grid, checked against an independent trajectory at every instant.
 
 Message streams come in the orders and rates simulators and recorders produce (IMU before or
 after odometry, odometry stamped earlier than it arrives, jitter, dropped messages, 60 to

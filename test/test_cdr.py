@@ -1,5 +1,9 @@
-"""The raw CDR decoder against serializers written by others: rosbags' and, where ROS 2 is
-installed, rclpy's own (the bytes a raw subscription receives)."""
+"""
+The raw CDR decoder against serializers written by others.
+
+rosbags' serializer and, where ROS 2 is installed, rclpy's own (the bytes a raw subscription
+receives).
+"""
 
 import math
 

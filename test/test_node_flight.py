@@ -1,4 +1,5 @@
-"""Real ArduCopter flies through the bridge node, fed by a free-running ROS 2 simulator.
+"""
+Real ArduCopter flies through the bridge node, fed by a free-running ROS 2 simulator.
 
 The node and mujoco_sim run as users start them (`ardupilot-json-bridge node` and
 `ardupilot-json-bridge mujoco-sim`, with --ros-args), in a namespace, on simulated time. Skips
@@ -22,7 +23,7 @@ CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.
 
 
 def frames_line(output: str) -> str:
-    """The node's last statement of skipped samples, if any."""
+    """Return the node's last statement of skipped samples, if any."""
     skipped = [line for line in output.splitlines() if 'skipped' in line]
     return skipped[-1] if skipped else 'no samples skipped'
 

@@ -1,7 +1,10 @@
-"""The node as users start it: `ardupilot-json-bridge node --ros-args ...` in a process of its
-own, fed by a simulator node on simulated time, served to a SITL peer. Checks replies, commands
-(values and QoS), /diagnostics, a clean exit on SIGINT and SIGTERM, and no cross-talk between
-two namespaces."""
+"""
+The node as users start it: `ardupilot-json-bridge node --ros-args ...`.
+
+In a process of its own, fed by a simulator node on simulated time, served to a SITL peer.
+Checks replies, commands (values and QoS), /diagnostics, a clean exit on SIGINT and SIGTERM,
+and no cross-talk between two namespaces.
+"""
 
 import os
 import signal
@@ -38,8 +41,11 @@ def motor_command(pwm: float) -> float:
 
 
 class Simulator:
-    """A simulator stand-in: /clock, and `imu` and `odom` of a vehicle at rest at ENU x = east
-    in each namespace, at 250 Hz of simulated time paced to the wall clock."""
+    """
+    A simulator stand-in publishing /clock, and `imu` and `odom` in each namespace.
+
+    The vehicle rests at ENU x = east, at 250 Hz of simulated time paced to the wall clock.
+    """
 
     def __init__(self, easts: Dict[str, float]) -> None:
         self.context = rclpy.Context()

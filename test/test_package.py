@@ -33,7 +33,7 @@ def test_resource_marker_and_setup_cfg_script_dir():
 
 
 def setup_arguments(*argv: str) -> dict:
-    """What setup.py passes to setuptools.setup when run with argv."""
+    """Return what setup.py passes to setuptools.setup when run with argv."""
     result = subprocess.run(
         [sys.executable, '-c', 'import runpy, setuptools, json, sys\n'
          'captured = {}\n'

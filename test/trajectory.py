@@ -1,4 +1,5 @@
-"""An independent truth for alignment tests: a vehicle turning on all three axes.
+"""
+An independent truth for alignment tests: a vehicle turning on all three axes.
 
 Written with scipy's Rotation and closed-form derivatives, not with the package's frames or
 alignment modules. World NED, body FRD, quaternions w-first as ArduPilot wants them.
@@ -55,7 +56,7 @@ def body_rates(t: float) -> np.ndarray:
 
 
 def specific_force(t: float) -> np.ndarray:
-    """What an ideal accelerometer reads in FRD: acceleration less gravity, in the body."""
+    """Return what an ideal accelerometer reads in FRD: acceleration less gravity, in the body."""
     state = truth(t)
     return state.rotation.inv().apply(state.acceleration - np.array([0.0, 0.0, GRAVITY]))
 
