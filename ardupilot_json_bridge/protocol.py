@@ -30,7 +30,6 @@ class ServoPacketError(ValueError):
     def __init__(self, message: str, data: bytes) -> None:
         super().__init__(message)
         self.size = len(data)
-        self.head = bytes(data[:8])
 
 
 class ReplyError(ValueError):
