@@ -1,7 +1,8 @@
 """`ardupilot-json-bridge`: serve SITL from MuJoCo, a bag or an FDMData simulator."""
 
 import argparse
-from dataclasses import replace
+from dataclasses import asdict, replace
+import json
 import logging
 import os
 import signal
@@ -108,7 +109,49 @@ def build_parser() -> argparse.ArgumentParser:
     fdm.add_argument('--servo-min', type=float, default=1000.0)
     fdm.add_argument('--servo-max', type=float, default=2000.0)
     _add_link_arguments(fdm)
+    check = commands.add_parser(
+        'check', help="judge a bag's conventions (frames, units, gravity, time)",
+        description="Judge the simulator's conventions from its own IMU and odometry in a "
+                    'rosbag2: gravity, world frame, IMU mounting, twist frame, quaternions, '
+                    'units and stamps, each with what was measured and the fix. Exits 1 when '
+                    'a check is wrong. Without BAG, the shipped sample.')
+    check.add_argument('bag', nargs='?', help='rosbag2 directory')
+    check.add_argument('--namespace', default='', help='namespace of the recorded topics')
+    check.add_argument('--config', help="ros__parameters YAML (the node's presets work)")
+    check.add_argument('--json', action='store_true', help='print the checks as JSON')
+    check.add_argument('--log-level', default='info',
+                       choices=['debug', 'info', 'warning', 'error'])
     return parser
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Print the convention checks of a bag; 1 if any is wrong."""
+    from ardupilot_json_bridge.bagfile import read_messages
+    from ardupilot_json_bridge.conventions import CHECK_WINDOW, ConventionChecker, \
+        format_table, WRONG
+    from ardupilot_json_bridge.inputs import stamp_seconds
+    from ardupilot_json_bridge.replay import resolve_topic
+    config = load_config(args.config, args.namespace, {})
+    inputs = config.inputs
+    imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
+    odom_topic = resolve_topic(args.namespace, inputs.odom_topic)
+    checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
+    for message in read_messages(args.bag or _sample_bag(), [imu_topic, odom_topic]):
+        msg = message.message
+        if message.topic == imu_topic:
+            v, a = msg.angular_velocity, msg.linear_acceleration
+            checker.add_imu(stamp_seconds(msg.header), (v.x, v.y, v.z), (a.x, a.y, a.z))
+        else:
+            pose, twist = msg.pose.pose, msg.twist.twist.linear
+            p, o = pose.position, pose.orientation
+            checker.add_odometry(stamp_seconds(msg.header), (p.x, p.y, p.z),
+                                 (o.x, o.y, o.z, o.w), (twist.x, twist.y, twist.z))
+    checks = checker.checks()
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        print(format_table(checks))
+    return 1 if any(c.verdict == WRONG for c in checks) else 0
 
 
 def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -237,6 +280,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_fdmdata(args, stop)
         if args.command == 'mujoco':
             return run_mujoco(args, stop)
+        if args.command == 'check':
+            return run_check(args)
         return run_replay(args, stop)
     except (ConfigError, BagError, VehicleError) as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))

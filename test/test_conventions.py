@@ -1,0 +1,150 @@
+"""
+The convention checker against an independent generator (test/ros_motion.py) with faults.
+
+Each fault alone and in pairs is named with the right fix; applying a fix of the bridge's
+parameters makes every check ok; clean streams at Gazebo, Webots and Isaac Sim rates give no
+wrong verdict; a resting vehicle gives gravity verdicts and undecided for the rest.
+"""
+
+import json
+import subprocess
+import sys
+from typing import List
+
+from hypothesis import given, settings, strategies as st
+import pytest
+
+from ardupilot_json_bridge.bagfile import write_bag as write_bag_file
+from ardupilot_json_bridge.conventions import (
+    Check, ConventionChecker, format_table, OK, UNDECIDED, WRONG)
+import ros_messages
+import ros_motion
+
+# fault: (check that must be wrong, words of its fix)
+NAMED = {
+    'frd_imu': ('imu mounting', 'imu_mounting_rpy: [180.0, 0.0, 0.0]'),
+    'gyro_deg': ('units: gyro', 'rad/s'),
+    'accel_g': ('gravity', 'm/s^2 (it reads g)'),
+    'no_gravity': ('gravity', 'no gravity'),
+    'gravity_reversed': ('gravity', 'negate linear_acceleration'),
+    'world_twist': ('twist frame', 'odom_twist_frame: world'),
+    'w_first': ('quaternion: order and motion', 'x, y, z, w (it is w, x, y, z)'),
+    'non_unit': ('quaternion: unit', 'unit quaternions'),
+    'ned_world': ('gravity', 'ENU world'),
+}
+# The fixes a user applies in the bridge's parameters (the others change the simulator).
+PARAMETER_FIXES = {'frd_imu': {'imu_mounting_rpy': (180.0, 0.0, 0.0)},
+                   'world_twist': {'odom_twist_frame': 'world'}}
+
+
+def judged(stream: ros_motion.Stream, **parameters) -> List[Check]:
+    checker = ConventionChecker(**parameters)
+    for sample in ros_motion.imu_samples(stream):
+        checker.add_imu(*sample)
+    for sample in ros_motion.odometry_samples(stream):
+        checker.add_odometry(*sample)
+    return checker.checks()
+
+
+def wrong(checks: List[Check]) -> dict:
+    return {c.name: c.fix for c in checks if c.verdict == WRONG}
+
+
+@pytest.mark.parametrize('fault', sorted(NAMED))
+def test_each_fault_alone_is_named_with_its_fix(fault):
+    checks = judged(ros_motion.Stream(faults=(fault,)))
+    name, fix = NAMED[fault]
+    print(f'\n{fault}:\n{format_table(checks)}')
+    assert list(wrong(checks)) == [name], format_table(checks)
+    assert fix in wrong(checks)[name]
+
+
+@pytest.mark.parametrize('faults', [('frd_imu', 'world_twist'), ('ned_world', 'gyro_deg'),
+                                    ('frd_imu', 'gyro_deg'), ('w_first', 'world_twist')])
+def test_faults_in_pairs_are_each_named(faults):
+    checks = judged(ros_motion.Stream(faults=faults))
+    expected = {NAMED[fault][0]: NAMED[fault][1] for fault in faults}
+    found = wrong(checks)
+    assert set(found) == set(expected), format_table(checks)
+    assert all(words in found[name] for name, words in expected.items())
+
+
+@pytest.mark.parametrize('faults', [('frd_imu',), ('world_twist',), ('frd_imu', 'world_twist')])
+def test_applying_the_suggested_parameters_makes_every_check_ok(faults):
+    parameters = {}
+    for fault in faults:
+        parameters.update(PARAMETER_FIXES[fault])
+    checks = judged(ros_motion.Stream(faults=faults), **parameters)
+    assert all(c.verdict == OK for c in checks), format_table(checks)
+
+
+FALSE_ALARMS = []
+
+
+@settings(max_examples=12, deadline=None)
+@given(phase=st.floats(0.0, 6.28), seed=st.integers(0, 1000),
+       rates=st.sampled_from([(1000.0, 250.0), (1000 / 32, 1000 / 32), (60.0, 60.0),
+                              (400.0, 100.0)]))
+def test_clean_streams_give_no_false_alarm(phase, seed, rates):
+    stream = ros_motion.Stream(imu_rate=rates[0], odom_rate=rates[1], phase=phase, seed=seed)
+    checks = judged(stream)
+    FALSE_ALARMS.extend(c.name for c in checks if c.verdict == WRONG)
+    assert not wrong(checks), format_table(checks)
+
+
+@pytest.mark.parametrize('faults, gravity', [((), OK), (('frd_imu',), WRONG),
+                                             (('accel_g',), WRONG)])
+def test_at_rest_only_gravity_decides(faults, gravity):
+    checks = {c.name: c for c in judged(ros_motion.Stream(moving=False, faults=faults))}
+    assert checks['gravity'].verdict == gravity
+    for name in ('units: gyro', 'quaternion: order and motion', 'imu mounting', 'twist frame'):
+        assert checks[name].verdict == UNDECIDED
+    if faults == ('frd_imu',):
+        assert 'imu_mounting_rpy: [180.0, 0.0, 0.0]' in checks['gravity'].fix
+
+
+def test_stamps_that_go_back_are_wrong():
+    checker = ConventionChecker()
+    for k, sample in enumerate(ros_motion.imu_samples(ros_motion.Stream(seconds=1.0))):
+        stamp = sample[0] - (0.002 if k % 100 == 50 else 0.0)
+        checker.add_imu(stamp, *sample[1:])
+    for sample in ros_motion.odometry_samples(ros_motion.Stream(seconds=1.0)):
+        checker.add_odometry(*sample)
+    assert 'time: imu stamps' in wrong(checker.checks())
+
+
+def write_bag(path, stream: ros_motion.Stream) -> None:
+    store = ros_messages.STORES['jazzy']
+    messages = [('/uav1/imu', 'sensor_msgs/msg/Imu', round(t * 1e9),
+                 ros_messages.imu(store, t, gyro, accel))
+                for t, gyro, accel in ros_motion.imu_samples(stream)]
+    messages += [('/uav1/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
+                  ros_messages.odometry(store, t, position, orientation, linear))
+                 for t, position, orientation, linear in ros_motion.odometry_samples(stream)]
+    messages.sort(key=lambda m: m[2])
+    write_bag_file(str(path), messages, store)
+
+
+def check_command(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'check',
+                           *arguments], capture_output=True, text=True, timeout=120)
+
+
+def test_check_command_names_the_fix_and_exits_1_until_it_is_applied(tmp_path):
+    bag = tmp_path / 'frd_imu'
+    write_bag(bag, ros_motion.Stream(faults=('frd_imu',), seconds=6.0))
+    result = check_command(str(bag), '--namespace', 'uav1')
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'imu_mounting_rpy: [180.0, 0.0, 0.0]' in result.stdout
+    config = tmp_path / 'fixed.yaml'
+    config.write_text('/**:\n  ros__parameters:\n    imu_mounting_rpy: [180.0, 0.0, 0.0]\n')
+    result = check_command(str(bag), '--namespace', 'uav1', '--config', str(config), '--json')
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdicts = {c['name']: c['verdict'] for c in json.loads(result.stdout)}
+    assert set(verdicts.values()) == {OK}
+
+
+def test_check_command_on_the_shipped_sample_bag_finds_nothing_wrong():
+    result = check_command()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'gravity ' in result.stdout and 'wrong' not in result.stdout
