@@ -13,6 +13,7 @@ Both then apply the strict checks the upstream proposal adds: framing, finite va
 import math
 import re
 import socket
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.protocol import encode_servo_packet
@@ -188,6 +189,23 @@ class SitlPeer:
         parsed = parse_reply(datagram, dialect)
         self.frame_count += 1
         return parsed
+
+    def lock_step(self, count: int, pwm: Optional[Sequence[int]] = None, timeout: float = 5.0,
+                  wait: float = 0.3) -> List[Dict[str, object]]:
+        """
+        Step frames until count replies came or timeout passed; return the parsed replies.
+
+        A frame with no reply within wait is sent again, as SITL resends.
+        """
+        replies: List[Dict[str, object]] = []
+        deadline = time.monotonic() + timeout
+        while len(replies) < count and time.monotonic() < deadline:
+            self.send(pwm=pwm)
+            datagram = self.receive(wait)
+            if datagram is not None:
+                replies.append(parse_reply(datagram))
+                self.frame_count += 1
+        return replies
 
     def close(self) -> None:
         self.sock.close()

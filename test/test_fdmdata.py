@@ -20,7 +20,7 @@ from ardupilot_json_bridge.protocol import ServoPacket
 from ardupilot_json_bridge.state import SensorState, StateSettings
 from conftest import free_udp_port, reaped
 from fdmdata_server import FdmDataServer, ScriptedFlight
-from sitl_peer import parse_reply, SitlPeer
+from sitl_peer import SitlPeer
 
 CLIMB = ScriptedFlight(airspeed=25.0, climb=2.0, heading=0.0,
                        pitch=math.degrees(math.asin(2.0 / 25.0)))
@@ -193,17 +193,6 @@ def run_command(server, port, *extra):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def lock_step(peer, count, pwm, timeout=5.0):
-    replies, deadline = [], time.monotonic() + timeout
-    while len(replies) < count and time.monotonic() < deadline:
-        peer.send(pwm=pwm)
-        datagram = peer.receive(0.3)
-        if datagram is not None:
-            replies.append(parse_reply(datagram))
-            peer.frame_count += 1
-    return replies
-
-
 @pytest.mark.parametrize('flight', [CLIMB, TURN], ids=['climb', 'turn'])
 def test_the_loop_end_to_end(flight, caplog, patient_config):
     simulator = FdmDataServer(flight)
@@ -212,7 +201,7 @@ def test_the_loop_end_to_end(flight, caplog, patient_config):
     pwm = [1000, 2000, 1750, 1250] + [0] * 12
     with reaped(run_command(simulator, port, '--config', patient_config)) as process:
         try:
-            replies = lock_step(peer, 1800, pwm)
+            replies = peer.lock_step(1800, pwm)
         finally:
             peer.close()
             process.terminate()
@@ -257,7 +246,7 @@ def test_silent_simulator_means_no_reply_and_a_clear_log():
     peer = SitlPeer(port)
     with reaped(run_command(simulator, port)) as process:
         try:
-            assert lock_step(peer, 1, [1500] * 16, timeout=1.5) == []
+            assert peer.lock_step(1, [1500] * 16, timeout=1.5) == []
         finally:
             peer.close()
             process.terminate()

@@ -28,7 +28,7 @@ from sensor_msgs.msg import Imu  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 from conftest import free_udp_port, reaped  # noqa: E402
-from sitl_peer import parse_reply, SitlPeer  # noqa: E402
+from sitl_peer import SitlPeer  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -109,18 +109,6 @@ def start_node(namespace: str, port: int) -> subprocess.Popen:
          f'port:={port}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def serve(peer: SitlPeer, pwm: List[int], frames: int, timeout: float = 30.0) -> List[dict]:
-    """Step the peer until it has `frames` replies."""
-    replies, deadline = [], time.monotonic() + timeout
-    while len(replies) < frames and time.monotonic() < deadline:
-        peer.send(pwm=pwm)
-        datagram = peer.receive(0.5)
-        if datagram is not None:
-            replies.append(parse_reply(datagram))
-            peer.frame_count += 1
-    return replies
-
-
 def wait_for(condition, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -135,7 +123,7 @@ def test_the_node_process_end_to_end(stop_signal):
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port)) as node:
-            replies = serve(peer, [1500] * 4 + [1000] * 12, 200)
+            replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
             assert len(replies) == 200, node.stdout.read() if node.poll() is not None else ''
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
             assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
@@ -173,7 +161,8 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
         with reaped(start_node('uav1', ports['uav1'])) as first, \
                 reaped(start_node('uav2', ports['uav2'])) as second:
             for ns, peer in peers.items():
-                replies = serve(peer, [pwms[ns]] * 4 + [1000] * 12, 100)
+                pwm = [pwms[ns]] * 4 + [1000] * 12
+                replies = peer.lock_step(100, pwm, timeout=30.0, wait=0.5)
                 assert len(replies) == 100
                 assert {r['position'][1] for r in replies} == {easts[ns]}
             for ns in peers:
@@ -216,7 +205,9 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
     try:
         with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)) as node:
-            assert len(serve(peer, [1900, 1500, 1300, 1100] + [1000] * 12, 100)) == 100
+            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0,
+                                     wait=0.5)
+            assert len(replies) == 100
             assert wait_for(lambda: received)
             node.send_signal(signal.SIGTERM)
             output, _ = node.communicate(timeout=15)
