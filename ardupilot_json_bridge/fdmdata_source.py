@@ -21,7 +21,7 @@ from ardupilot_json_bridge.fdmdata import (
     Request)
 from ardupilot_json_bridge.frames import euler_to_quaternion
 from ardupilot_json_bridge.protocol import ServoPacket
-from ardupilot_json_bridge.pwm import ChannelScaling
+from ardupilot_json_bridge.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
 from ardupilot_json_bridge.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.samples import AirspeedSample, ImuSample, OdometrySample
 from ardupilot_json_bridge.state import SensorState
@@ -33,6 +33,8 @@ KELVIN_THRESHOLD = 150.0
 AIRDATA, FIXES = 'airdata', 'fixes'
 FIX_WINDOW = 1.0
 SURFACE = ChannelScaling(multiplier=2.0, offset=-0.5)
+# The output group of aileron, elevator, rudder and throttle.
+CONTROLS = 'controls'
 
 
 @dataclass(frozen=True)
@@ -175,14 +177,15 @@ class FdmDataSource:
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.fdmdata')
         self.warnings = RateLimitedLog(self.logger)
         self.converter = FdmDataConverter(settings)
-        self.scalings = settings.scalings()
+        self.mapper = ActuatorMapper([OutputGroup(
+            CONTROLS, OutputKind.FLOAT64_MULTI_ARRAY, CONTROLS, settings.channels,
+            settings.scalings())])
         self._clock = clock
         self._start: Optional[float] = None
         self._data = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._data.connect((settings.host, settings.data_port))
         self._controls = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._controls_target = (settings.host, settings.controls_port)
-        self._controls_values: List[float] = [0.0, 0.0, 0.0, 0.0]
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._requests = [Request.GPS, Request.ACCELEROMETER, Request.GYROSCOPE,
@@ -262,11 +265,7 @@ class FdmDataSource:
 
     def send_controls(self, packet: ServoPacket) -> Tuple[float, ...]:
         """Map one frame's PWM to aileron, elevator, rudder, throttle and send them."""
-        values = self._controls_values
-        for index, (channel, scaling) in enumerate(zip(self.settings.channels,
-                                                       self.scalings)):
-            if channel <= packet.channel_count and packet.pwm[channel - 1]:
-                values[index] = scaling.command(packet.pwm[channel - 1])
+        values = self.mapper.apply(packet.pwm)[CONTROLS]
         try:
             self._controls.sendto(encode_controls(*values), self._controls_target)
         except OSError as error:
