@@ -128,7 +128,7 @@ def run_check(args: argparse.Namespace) -> int:
     """Print the convention checks of a bag; 1 if any is wrong."""
     from ardupilot_json_bridge.bagfile import read_messages
     from ardupilot_json_bridge.conventions import CHECK_WINDOW, ConventionChecker, \
-        format_table, WRONG
+        format_table, observe_imu, observe_odometry, WRONG
     from ardupilot_json_bridge.inputs import stamp_seconds
     from ardupilot_json_bridge.replay import resolve_topic
     config = load_config(args.config, args.namespace, {})
@@ -137,15 +137,8 @@ def run_check(args: argparse.Namespace) -> int:
     odom_topic = resolve_topic(args.namespace, inputs.odom_topic)
     checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
     for message in read_messages(args.bag or _sample_bag(), [imu_topic, odom_topic]):
-        msg = message.message
-        if message.topic == imu_topic:
-            v, a = msg.angular_velocity, msg.linear_acceleration
-            checker.add_imu(stamp_seconds(msg.header), (v.x, v.y, v.z), (a.x, a.y, a.z))
-        else:
-            pose, twist = msg.pose.pose, msg.twist.twist.linear
-            p, o = pose.position, pose.orientation
-            checker.add_odometry(stamp_seconds(msg.header), (p.x, p.y, p.z),
-                                 (o.x, o.y, o.z, o.w), (twist.x, twist.y, twist.z))
+        observe = observe_imu if message.topic == imu_topic else observe_odometry
+        observe(checker, message.message, stamp_seconds(message.message.header))
     checks = checker.checks()
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))

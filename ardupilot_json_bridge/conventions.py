@@ -12,9 +12,12 @@ Works on raw ROS values (REP-103 expected: ENU world, FLU body, x-y-z-w), with n
 Off the per-frame path: a checker holds a window of samples and judges on demand.
 """
 
+from collections import deque
 from dataclasses import dataclass
+import logging
 import math
-from typing import List, Optional, Sequence, Tuple
+import threading
+from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -30,6 +33,9 @@ ROUNDING = 5.0
 DEG_PER_RAD = math.degrees(1.0)
 # Seconds of samples a bag check judges (its last ones).
 CHECK_WINDOW = 60.0
+# Live checks: a rolling window (s), judged every period (s).
+LIVE_WINDOW = 10.0
+LIVE_PERIOD = 5.0
 
 
 @dataclass(frozen=True)
@@ -42,25 +48,43 @@ class Check:
     fix: str = ''
 
 
-def quaternion_matrix(x: float, y: float, z: float, w: float) -> np.ndarray:
-    """Return the rotation matrix of an x-y-z-w quaternion (normalized first)."""
-    n = math.sqrt(x * x + y * y + z * z + w * w)
-    x, y, z, w = x / n, y / n, z / n, w / n
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+def quaternion_matrices(q: np.ndarray) -> np.ndarray:
+    """Return the rotation matrices (n, 3, 3) of x-y-z-w quaternions (n, 4), normalized."""
+    q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    x, y, z, w = q.T
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1),
+    ], axis=1)
 
 
-def rotation_vector(matrix: np.ndarray) -> np.ndarray:
-    """Return the axis times angle (rad) of a rotation matrix (angles below pi)."""
-    cosine = max(-1.0, min(1.0, (np.trace(matrix) - 1.0) / 2.0))
-    angle = math.acos(cosine)
-    axis = np.array([matrix[2, 1] - matrix[1, 2], matrix[0, 2] - matrix[2, 0],
-                     matrix[1, 0] - matrix[0, 1]])
-    if angle < 1e-9:
-        return axis / 2.0
-    return axis * angle / (2.0 * math.sin(angle))
+def rotation_vectors(matrices: np.ndarray) -> np.ndarray:
+    """Return the axis times angle (rad) of rotation matrices (n, 3, 3), angles below pi."""
+    cosine = np.clip((np.trace(matrices, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0)
+    angle = np.arccos(cosine)
+    axis = np.stack([matrices[:, 2, 1] - matrices[:, 1, 2], matrices[:, 0, 2] - matrices[:, 2, 0],
+                     matrices[:, 1, 0] - matrices[:, 0, 1]], axis=1)
+    sine = np.sin(angle)
+    scale = np.where(angle < 1e-9, 0.5, angle / (2.0 * np.where(sine == 0, 1.0, sine)))
+    return axis * scale[:, None]
+
+
+def relative_rotations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return a_k^T b_k for stacks of rotation matrices."""
+    return np.einsum('nji,njk->nik', a, b)
+
+
+def rotations_about(vectors: np.ndarray) -> np.ndarray:
+    """Return the rotation matrices of rotation vectors (n, 3) (Rodrigues)."""
+    angle = np.linalg.norm(vectors, axis=1)
+    k = vectors / np.where(angle == 0, 1.0, angle)[:, None]
+    zero = np.zeros(len(k))
+    cross = np.stack([np.stack([zero, -k[:, 2], k[:, 1]], axis=1),
+                      np.stack([k[:, 2], zero, -k[:, 0]], axis=1),
+                      np.stack([-k[:, 1], k[:, 0], zero], axis=1)], axis=1)
+    sine, versine = np.sin(angle)[:, None, None], (1 - np.cos(angle))[:, None, None]
+    return np.eye(3) + sine * cross + versine * (cross @ cross)
 
 
 def fitted_rotation(source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -117,32 +141,37 @@ class ConventionChecker:
         self.window = window
         self._w_first = False
         self._fitted_mounting: Optional[np.ndarray] = None
-        self._imu: List[Tuple[float, ...]] = []
-        self._odometry: List[Tuple[float, ...]] = []
+        # Appended by a source's thread while another judges: the lock guards both deques.
+        self._lock = threading.Lock()
+        self._imu: Deque[Tuple[float, ...]] = deque()
+        self._odometry: Deque[Tuple[float, ...]] = deque()
 
     def add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         """Add one sensor_msgs/Imu: angular_velocity and linear_acceleration as published."""
-        self._imu.append((stamp, *gyro, *accel))
-        self._trim(self._imu)
+        with self._lock:
+            self._imu.append((stamp, *gyro, *accel))
+            self._trim(self._imu)
 
     def add_odometry(self, stamp: float, position: Sequence[float],
                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
         """Add one nav_msgs/Odometry: pose position and orientation, twist linear."""
-        self._odometry.append((stamp, *position, *orientation_xyzw, *linear))
-        self._trim(self._odometry)
+        with self._lock:
+            self._odometry.append((stamp, *position, *orientation_xyzw, *linear))
+            self._trim(self._odometry)
 
-    def _trim(self, samples: List[Tuple[float, ...]]) -> None:
-        while samples and samples[-1][0] - samples[0][0] > self.window:
-            samples.pop(0)
+    def _trim(self, samples: Deque[Tuple[float, ...]]) -> None:
+        while samples and abs(samples[-1][0] - samples[0][0]) > self.window:
+            samples.popleft()
 
     def checks(self) -> List[Check]:
         """Return every verdict on the samples held now."""
-        if len(self._imu) < 20 or len(self._odometry) < 20:
-            return [Check('samples', UNDECIDED, f'{len(self._imu)} IMU and '
-                                                f'{len(self._odometry)} odometry samples',
+        with self._lock:
+            imu = np.array(self._imu, dtype=float)
+            odometry = np.array(self._odometry, dtype=float)
+        if len(imu) < 20 or len(odometry) < 20:
+            return [Check('samples', UNDECIDED, f'{len(imu)} IMU and {len(odometry)} '
+                                                'odometry samples',
                           'record a few seconds of both')]
-        imu = np.array(self._imu, dtype=float)
-        odometry = np.array(self._odometry, dtype=float)
         results = [self._stamps('imu', imu[:, 0]), self._stamps('odometry', odometry[:, 0])]
         norms = np.linalg.norm(odometry[:, 4:8], axis=1)
         results.append(self._unit_quaternion(norms))
@@ -228,8 +257,8 @@ class ConventionChecker:
         measured = f'sensor at rpy {list(angles)} deg in the body, fit to {relative:.1%}'
         if relative > 0.3:
             checks.append(Check(names[2], UNDECIDED, measured + ': no fixed rotation fits'))
-        elif np.degrees(np.linalg.norm(rotation_vector(
-                rpy_matrix(*angles).T @ rpy_matrix(*self.mounting_rpy)))) > ROUNDING:
+        elif np.degrees(np.linalg.norm(rotation_vectors(
+                (rpy_matrix(*angles).T @ rpy_matrix(*self.mounting_rpy))[None]))) > ROUNDING:
             checks.append(Check(names[2], WRONG, measured,
                                 f'imu_mounting_rpy: {list(angles)}'))
         else:
@@ -262,7 +291,9 @@ class ConventionChecker:
         measured = (f'specific force in the world = {alpha:.2f} x acceleration + '
                     f'{gamma:.2f} up' if moving else
                     f'at rest: specific force {gamma:.2f} m/s^2 up')
-        horizontal = float(np.max(np.abs(np.mean(world[:, :2], axis=0))))
+        # What the fit leaves sideways: an IMU tilted against the attitude.
+        explained = (alpha * acceleration if moving else 0.0) + gamma * up
+        horizontal = float(np.max(np.abs(np.mean((world - explained)[:, :2], axis=0))))
         return Check('gravity', *gravity_verdict(alpha, gamma, horizontal, measured))
 
     def _twist(self, motion: 'Motion') -> Check:
@@ -283,6 +314,20 @@ class ConventionChecker:
         if found != self.twist_frame:
             return Check('twist frame', WRONG, measured, f'odom_twist_frame: {found}')
         return Check('twist frame', OK, measured)
+
+
+def observe_imu(checker: ConventionChecker, msg: Any, stamp: float) -> None:
+    """Add a sensor_msgs/Imu (any object with its field names) to a checker."""
+    v, a = msg.angular_velocity, msg.linear_acceleration
+    checker.add_imu(stamp, (v.x, v.y, v.z), (a.x, a.y, a.z))
+
+
+def observe_odometry(checker: ConventionChecker, msg: Any, stamp: float) -> None:
+    """Add a nav_msgs/Odometry (any object with its field names) to a checker."""
+    pose, linear = msg.pose.pose, msg.twist.twist.linear
+    p, o = pose.position, pose.orientation
+    checker.add_odometry(stamp, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w),
+                         (linear.x, linear.y, linear.z))
 
 
 def gravity_verdict(alpha: float, gamma: float, horizontal: float,
@@ -321,14 +366,14 @@ class Motion:
         self.position = odometry[:, 1:4]
         self.orientation = odometry[:, 4:8]
         self.twist = odometry[:, 8:11]
-        self.rotations = np.array([quaternion_matrix(*q) for q in self.orientation])
+        self.rotations = quaternion_matrices(self.orientation)
         dt = np.diff(self.stamps)
         self.mid_stamps = (self.stamps[1:] + self.stamps[:-1]) / 2.0
         self.position_rate = np.diff(self.position, axis=0) / dt[:, None]
-        self.mid_rotations = self.rotations[:-1]
         self.mid_twist = (self.twist[1:] + self.twist[:-1]) / 2.0
-        self.mid_rotations = np.array([_halfway(a, b) for a, b in
-                                       zip(self.rotations[:-1], self.rotations[1:])])
+        half_steps = rotation_vectors(relative_rotations(self.rotations[:-1],
+                                                         self.rotations[1:])) / 2.0
+        self.mid_rotations = self.rotations[:-1] @ rotations_about(half_steps)
         rate_dt = np.diff(self.mid_stamps)
         self.inner_stamps = self.stamps[1:-1]
         self.acceleration = np.diff(self.position_rate, axis=0) / rate_dt[:, None]
@@ -336,21 +381,52 @@ class Motion:
 
     def body_rates(self, orientation: np.ndarray) -> np.ndarray:
         """Return the body rates (rad/s) between successive x-y-z-w orientations."""
-        rotations = [quaternion_matrix(*q) for q in orientation]
-        dt = np.diff(self.stamps)
-        return np.array([rotation_vector(a.T @ b) / step
-                         for a, b, step in zip(rotations[:-1], rotations[1:], dt)])
+        rotations = quaternion_matrices(orientation)
+        steps = relative_rotations(rotations[:-1], rotations[1:])
+        return rotation_vectors(steps) / np.diff(self.stamps)[:, None]
 
 
-def _halfway(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Return the rotation halfway from a to b."""
-    vector = rotation_vector(a.T @ b) / 2.0
-    angle = float(np.linalg.norm(vector))
-    if angle < 1e-12:
-        return a
-    k = vector / angle
-    cross = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return a @ (np.eye(3) + math.sin(angle) * cross + (1 - math.cos(angle)) * cross @ cross)
+class LiveConventions:
+    """Judges a checker every period seconds in a thread of its own, off the per-frame path.
+
+    Logs one WARN line with the fix when a check turns wrong (not again while it stays wrong);
+    `latest` holds the newest verdicts for diagnostics.
+    """
+
+    def __init__(self, checker: ConventionChecker, logger: logging.Logger,
+                 period: float = LIVE_PERIOD) -> None:
+        self.checker = checker
+        self.logger = logger
+        self.period = period
+        self.latest: List[Check] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='conventions', daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def judge(self) -> List[Check]:
+        """Judge now; warn of each check that turned wrong since the last judgement."""
+        before = {c.name for c in self.latest if c.verdict == WRONG}
+        checks = self.checker.checks()
+        for check in checks:
+            if check.verdict == WRONG and check.name not in before:
+                self.logger.warning(f'conventions: {check.name} is wrong ({check.measured}); '
+                                    f'fix: {check.fix}')
+        self.latest = checks
+        return checks
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.judge()
+            except (ValueError, FloatingPointError, np.linalg.LinAlgError) as error:
+                self.logger.debug(f'conventions: no judgement this time: {error!r}')
 
 
 def format_table(checks: Sequence[Check]) -> str:

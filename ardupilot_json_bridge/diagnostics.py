@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import enum
 from typing import Dict, List, Optional, Sequence
 
+from ardupilot_json_bridge.conventions import Check, UNDECIDED, WRONG
 from ardupilot_json_bridge.settings import LinkSettings
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
 
@@ -53,11 +54,27 @@ class BridgeMonitor:
         self._left_out: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
-    def statuses(self, stats: LinkStats, meters: Sequence[InputMeter],
-                 now: float) -> List[Status]:
+    def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
+                 conventions: Sequence[Check] = ()) -> List[Status]:
         """Every status at monotonic time now."""
         link = self.link_status(stats, now)
-        return [link] + [self.input_status(m, now) for m in meters if m.name in self.topics]
+        inputs = [self.input_status(m, now) for m in meters if m.name in self.topics]
+        return [link] + inputs + [self.conventions_status(conventions)]
+
+    def conventions_status(self, checks: Sequence[Check]) -> Status:
+        """The simulator's conventions as the live checks judge them (see conventions.py)."""
+        name = f'{self.prefix}: conventions'
+        values = {c.name: f'{c.verdict}: {c.measured}' + (f' (fix: {c.fix})' if c.fix else '')
+                  for c in checks}
+        wrong = [c for c in checks if c.verdict == WRONG]
+        if wrong:
+            return Status(Level.WARN, name, '; '.join(f'{c.name}: {c.fix}' for c in wrong),
+                          values)
+        if not checks:
+            return Status(Level.OK, name, 'not judged yet', values)
+        undecided = sum(c.verdict == UNDECIDED for c in checks)
+        return Status(Level.OK, name, f'{len(checks) - undecided} ok, {undecided} undecided '
+                                      '(needs motion)', values)
 
     def link_status(self, stats: LinkStats, now: float) -> Status:
         elapsed = None if self._last_time is None else now - self._last_time

@@ -48,6 +48,8 @@ class LinkProcess:
         self.stats = LinkStats()
         settings = config_from_parameters(parameters).state
         self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(settings)]
+        # The newest convention checks of the link process (conventions.Check).
+        self.conventions: List[Any] = []
         self._channel, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._send = self._channel.send
         self._sendmsg = self._channel.sendmsg
@@ -122,7 +124,7 @@ class LinkProcess:
                 except Exception as error:
                     self.logger.error(f'publishing actuator commands failed: {error!r}')
             elif kind == STATS:
-                self.stats, self.meters = pickle.loads(body)
+                self.stats, self.meters, self.conventions = pickle.loads(body)
             elif kind == LOG:
                 level, text = body[0], body[1:].decode('utf-8', 'replace')
                 self.logger.log(level if levels(level) else logging.INFO, text)
@@ -160,8 +162,11 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     """Child side: the state and the link, fed from the channel until it closes."""
     from ardupilot_json_bridge.link import SitlLink
     from ardupilot_json_bridge.ratelimit import RateLimitedLog
-    from ardupilot_json_bridge.routes import deliver, input_routes, serialized, \
-        SERIALIZED_DECODERS
+    from ardupilot_json_bridge.conventions import ConventionChecker, LIVE_WINDOW, \
+        LiveConventions, observe_imu, observe_odometry
+    from ardupilot_json_bridge.inputs import stamp_seconds
+    from ardupilot_json_bridge.routes import deliver, IMU_TYPE, input_routes, ODOMETRY_TYPE, \
+        serialized, SERIALIZED_DECODERS
     from ardupilot_json_bridge.state import SensorState
     channel = socket.socket(fileno=channel_fd)
     logger = logging.getLogger('ardupilot_json_bridge')
@@ -190,8 +195,15 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
         link.settings, state.settings = settings
 
     warnings = RateLimitedLog(logger)
-    routes = [serialized(route) if route.msgtype in SERIALIZED_DECODERS else route
+    checker = ConventionChecker(config.inputs.imu_mounting_rpy, config.inputs.odom_twist_frame,
+                                LIVE_WINDOW)
+    observers = {IMU_TYPE: lambda m: observe_imu(checker, m, stamp_seconds(m.header)),
+                 ODOMETRY_TYPE: lambda m: observe_odometry(checker, m, stamp_seconds(m.header))}
+    routes = [serialized(route, observers[route.msgtype])
+              if route.msgtype in SERIALIZED_DECODERS else route
               for route in input_routes(config, state)]
+    conventions = LiveConventions(checker, logger)
+    conventions.start()
 
     def decode(data: bytes) -> None:
         # No receive time: the serialized types all carry a header stamp.
@@ -220,10 +232,12 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
             if now >= next_stats:
                 next_stats = now + STATS_PERIOD
                 channel.send(bytes((STATS,)) + pickle.dumps(
-                    (link.stats, list(state.meters.values())), pickle.HIGHEST_PROTOCOL))
+                    (link.stats, list(state.meters.values()), conventions.latest),
+                    pickle.HIGHEST_PROTOCOL))
     except OSError:
         return 0
     finally:
+        conventions.stop()
         link.stop()
 
 

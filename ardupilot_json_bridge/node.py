@@ -231,7 +231,7 @@ class JsonSitlBridge(Node):
         report = DiagnosticArray()
         report.header.stamp = self.get_clock().now().to_msg()
         for status in self.monitor.statuses(self.state.stats, self.state.meters,
-                                            time.monotonic()):
+                                            time.monotonic(), self.state.conventions):
             report.status.append(DiagnosticStatus(
                 level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
                 message=status.message, hardware_id=f'sitl_instance_{self.config.link.instance}',

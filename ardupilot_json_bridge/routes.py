@@ -1,7 +1,7 @@
 """Which topic feeds which input: one table for the ROS node and the bag replay alike."""
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from ardupilot_json_bridge import cdr, inputs
 from ardupilot_json_bridge.config import BridgeConfig, LASER_SCAN
@@ -72,10 +72,22 @@ def input_routes(config: BridgeConfig, state: SensorState) -> List[InputRoute]:
     return routes
 
 
-def serialized(route: InputRoute) -> InputRoute:
-    """Return the route taking its messages as CDR bytes (a SERIALIZED_DECODERS type)."""
+def serialized(route: InputRoute,
+               observe: Optional[Callable[[Any], None]] = None) -> InputRoute:
+    """
+    Return the route taking its messages as CDR bytes (a SERIALIZED_DECODERS type).
+
+    observe, if given, sees each decoded message before it is converted (the live checks).
+    """
     decode, convert = SERIALIZED_DECODERS[route.msgtype], route.convert
-    return replace(route, convert=lambda data, received: convert(decode(data), received))
+    if observe is None:
+        return replace(route, convert=lambda data, received: convert(decode(data), received))
+
+    def observed(data: bytes, received: float) -> Any:
+        message = decode(data)
+        observe(message)
+        return convert(message, received)
+    return replace(route, convert=observed)
 
 
 def deliver(route: InputRoute, message: Any, received: float, state: SensorState,

@@ -7,6 +7,7 @@ wrong verdict; a resting vehicle gives gravity verdicts and undecided for the re
 """
 
 import json
+import logging
 import subprocess
 import sys
 from typing import List
@@ -16,7 +17,7 @@ import pytest
 
 from ardupilot_json_bridge.bagfile import write_bag as write_bag_file
 from ardupilot_json_bridge.conventions import (
-    Check, ConventionChecker, format_table, OK, UNDECIDED, WRONG)
+    Check, ConventionChecker, format_table, LiveConventions, OK, UNDECIDED, WRONG)
 import ros_messages
 import ros_motion
 
@@ -84,9 +85,11 @@ FALSE_ALARMS = []
 @settings(max_examples=12, deadline=None)
 @given(phase=st.floats(0.0, 6.28), seed=st.integers(0, 1000),
        rates=st.sampled_from([(1000.0, 250.0), (1000 / 32, 1000 / 32), (60.0, 60.0),
-                              (400.0, 100.0)]))
-def test_clean_streams_give_no_false_alarm(phase, seed, rates):
-    stream = ros_motion.Stream(imu_rate=rates[0], odom_rate=rates[1], phase=phase, seed=seed)
+                              (400.0, 100.0)]),
+       seconds=st.sampled_from([4.0, 8.0]))
+def test_clean_streams_give_no_false_alarm(phase, seed, rates, seconds):
+    stream = ros_motion.Stream(imu_rate=rates[0], odom_rate=rates[1], phase=phase, seed=seed,
+                               seconds=seconds)
     checks = judged(stream)
     FALSE_ALARMS.extend(c.name for c in checks if c.verdict == WRONG)
     assert not wrong(checks), format_table(checks)
@@ -148,3 +151,19 @@ def test_check_command_on_the_shipped_sample_bag_finds_nothing_wrong():
     result = check_command()
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'gravity ' in result.stdout and 'wrong' not in result.stdout
+
+
+def test_live_judge_warns_once_when_a_check_turns_wrong(caplog):
+    checker = ConventionChecker(window=10.0)
+    live = LiveConventions(checker, logging.getLogger('test.conventions'))
+    stream = ros_motion.Stream(seconds=4.0, faults=('world_twist',))
+    for sample in ros_motion.imu_samples(stream):
+        checker.add_imu(*sample)
+    for sample in ros_motion.odometry_samples(stream):
+        checker.add_odometry(*sample)
+    with caplog.at_level(logging.WARNING, logger='test.conventions'):
+        live.judge()
+        live.judge()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and 'odom_twist_frame: world' in lines[0], lines
+    assert {c.name for c in live.latest if c.verdict == WRONG} == {'twist frame'}

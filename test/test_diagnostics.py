@@ -2,6 +2,7 @@
 
 import pytest
 
+from ardupilot_json_bridge.conventions import Check, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
 from ardupilot_json_bridge.settings import LinkSettings
 from ardupilot_json_bridge.stats import InputMeter, LinkStats
@@ -62,7 +63,8 @@ def test_inputs(name, count, age, rejected, level, text):
 def test_statuses_cover_configured_inputs_only():
     statuses = monitor().statuses(LinkStats(), [InputMeter('imu'), InputMeter('rc')], 0.0)
     assert [s.name for s in statuses] == ['uav1/json_sitl_bridge: SITL link',
-                                          'uav1/json_sitl_bridge: input imu']
+                                          'uav1/json_sitl_bridge: input imu',
+                                          'uav1/json_sitl_bridge: conventions']
 
 
 @pytest.mark.parametrize('gap, words', [
@@ -81,3 +83,14 @@ def test_an_input_received_but_left_out_warns_why_with_a_count(gap, words):
     assert status.values['left_out'] == '30' and status.values['used'] == '0'
     meter.used += 5
     assert watcher.input_status(meter, 0.1).level is Level.OK   # nothing new left out
+
+
+def test_conventions_status_warns_with_the_fix():
+    checks = [Check('gravity', OK, '9.81 up'), Check('twist frame', UNDECIDED, 'at rest'),
+              Check('imu mounting', WRONG, 'rpy [180, 0, 0]', 'imu_mounting_rpy: [180, 0, 0]')]
+    status = monitor().conventions_status(checks)
+    assert status.level is Level.WARN and status.name == 'uav1/json_sitl_bridge: conventions'
+    assert status.message == 'imu mounting: imu_mounting_rpy: [180, 0, 0]'
+    assert status.values['twist frame'] == 'undecided: at rest'
+    status = monitor().conventions_status(checks[:2])
+    assert status.level is Level.OK and status.message.startswith('1 ok, 1 undecided')

@@ -143,6 +143,15 @@ def test_the_node_process_end_to_end(stop_signal):
                         for status in report.status
                         if status.name == 'uav1/json_sitl_bridge: SITL link']
             assert wait_for(lambda: any(m.startswith('connected') for m in link_messages()))
+
+            def conventions():
+                return [status for report in simulator.diagnostics for status in report.status
+                        if status.name == 'uav1/json_sitl_bridge: conventions']
+            # At rest: gravity is judged ok, the rest undecided (the live checks, every 5 s).
+            assert wait_for(lambda: any('ok' in s.message and 'undecided' in s.message
+                                        for s in conventions()), timeout=20.0)
+            values = {v.key: v.value for v in conventions()[-1].values}
+            assert values['gravity'].startswith('ok'), values
             node.send_signal(stop_signal)
             output, _ = node.communicate(timeout=15)
         assert node.returncode == 0, output
