@@ -387,7 +387,8 @@ class Motion:
 
 
 class LiveConventions:
-    """Judges a checker every period seconds in a thread of its own, off the per-frame path.
+    """
+    Judges a checker every period seconds in a thread of its own, off the per-frame path.
 
     Logs one WARN line with the fix when a check turns wrong (not again while it stays wrong);
     `latest` holds the newest verdicts for diagnostics.

@@ -62,7 +62,7 @@ class BridgeMonitor:
         return [link] + inputs + [self.conventions_status(conventions)]
 
     def conventions_status(self, checks: Sequence[Check]) -> Status:
-        """The simulator's conventions as the live checks judge them (see conventions.py)."""
+        """Return the simulator's conventions as the live checks judge them (conventions.py)."""
         name = f'{self.prefix}: conventions'
         values = {c.name: f'{c.verdict}: {c.measured}' + (f' (fix: {c.fix})' if c.fix else '')
                   for c in checks}
