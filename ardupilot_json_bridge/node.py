@@ -125,6 +125,14 @@ class JsonSitlBridge(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        try:
+            self._start()
+        except BaseException:
+            # A bad parameter or a port in use: leave no half-built node behind.
+            self.destroy_node()
+            raise
+
+    def _start(self) -> None:
         self._log_handler = RosLogHandler(self)
         self.core_logger = logging.getLogger(f'ardupilot_json_bridge.{id(self)}')
         self.core_logger.addHandler(self._log_handler)
