@@ -158,7 +158,9 @@ def test_node_publishes_commands_reliably(harness):
                 peer.frame_count += 1
     finally:
         peer.close()
-    assert received and list(received[-1].data) == [2.0, 2.0]
+    assert received, (f'no command in 10 s: {peer.frame_count} frames answered, link '
+                      f'{harness.nodes[-1].state.stats.summary()}')
+    assert list(received[-1].data) == [2.0, 2.0]
     assert pwm and list(pwm[-1].data)[:3] == [1000, 1000, 2000]
 
 
