@@ -13,6 +13,7 @@ import importlib
 import logging
 import signal
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -24,11 +25,12 @@ from rcl_interfaces.msg import (
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import NameValidationException, ParameterException
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import (
     DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy)
 from rclpy.qos_overriding_options import QoSOverridingOptions
+from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import (
     Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
 
@@ -60,6 +62,8 @@ DIAGNOSTICS_PERIOD = 1.0
 # Settings the link and state can take while running; the rest are read-only.
 LIVE_SETTINGS = ('fresh_timeout', 'peer_timeout', 'max_odometry_lag', 'max_optional_age',
                  'max_backlog', 'horizon')
+# How long a stopping executor may take to return from its last callback (s).
+SPIN_STOP_TIMEOUT = 5.0
 LEVELS = {Level.OK: 'OK', Level.WARN: 'WARN', Level.ERROR: 'ERROR', Level.STALE: 'STALE'}
 
 
@@ -290,32 +294,55 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     Init rclpy, spin the node factory makes, and clean up: the main of every node here.
 
     An exception in fatal (a bad parameter, a port in use) is one FATAL line and exit 1;
-    Ctrl-C and SIGTERM are a clean exit 0.
+    Ctrl-C and SIGTERM are a clean exit 0. The signals are handled here, not by rclpy: under
+    load, rclpy's own handler sometimes let a signal pass while the node was being built, and
+    the node then spun on, deaf to it. Here a signal at any moment after init stops the node.
+    The executor spins in a thread; this one waits for a signal or for the executor to end.
     """
-    rclpy.init(args=args)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stop.set())
     node: Optional[Node] = None
+    failure: List[BaseException] = []
     try:
         node = factory()
-        rclpy.spin(node)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        spinner = threading.Thread(target=spin_until_shutdown, name='executor', daemon=True,
+                                   args=(executor, stop, failure))
+        spinner.start()
+        stop.wait()
+        # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        rclpy.try_shutdown()   # wakes the executor, which then returns
+        spinner.join(SPIN_STOP_TIMEOUT)
+        if failure:
+            raise failure[0]
     except fatal as error:
         rclpy.logging.get_logger(name).fatal(str(error))
         return 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # SIGTERM shuts the context down under the executor, which then fails to wait
-        # (RCLError on Jazzy): that is a shutdown, not a crash.
-        if rclpy.ok():
-            raise
     finally:
-        # A terminal's Ctrl-C reaches the node twice under ros2 launch (the process group's
-        # and launch's own); the second must not interrupt the cleanup.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if node is not None:
             node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+        rclpy.try_shutdown()
     return 0
+
+
+def spin_until_shutdown(executor: Executor, stop: threading.Event,
+                        failure: List[BaseException]) -> None:
+    """Spin until rclpy shuts down; keep an exception a callback raised, and end the node."""
+    try:
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+    except Exception as error:
+        # A shutdown under a waiting executor raises (RCLError on Jazzy): not a failure.
+        if rclpy.ok():
+            failure.append(error)
+    finally:
+        stop.set()
 
 
 def main(args: Optional[List[str]] = None) -> int:
