@@ -8,8 +8,8 @@ from setuptools import find_packages, setup
 
 PACKAGE = 'ardupilot_json_bridge'
 # What `ros2 run ardupilot_json_bridge <name>` starts in a colcon build.
-ROS_EXECUTABLES = ['bridge = ardupilot_json_bridge.node:main',
-                   'mujoco_sim = ardupilot_json_bridge.mujoco_sim:main']
+ROS_EXECUTABLES = ['bridge = ardupilot_json_bridge.ros.node:main',
+                   'mujoco_sim = ardupilot_json_bridge.ros.mujoco_sim:main']
 
 
 def console_scripts(argv: list) -> list:
@@ -41,7 +41,7 @@ setup(
     name=PACKAGE,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*', 'benchmarks']),
-    package_data={PACKAGE: ['data/*', 'data/*/*', 'models/*.xml']},
+    package_data={PACKAGE + '.sources': ['data/*', 'data/*/*', 'models/*.xml']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
         ('share/' + PACKAGE, ['package.xml']),

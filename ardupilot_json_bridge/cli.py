@@ -11,20 +11,20 @@ import threading
 import time
 from typing import List, Optional
 
-from ardupilot_json_bridge.bagfile import BagError
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
-from ardupilot_json_bridge.link import LinkError, SitlLink
-from ardupilot_json_bridge.mujoco_vehicle import VehicleError
-from ardupilot_json_bridge.settings import GRID, SAMPLES
-from ardupilot_json_bridge.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.settings import GRID, SAMPLES
+from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
+from ardupilot_json_bridge.sources.bagfile import BagError
+from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 
 
 def _sample_bag() -> str:
-    from ardupilot_json_bridge.sample_bag import SAMPLE_BAG
+    from ardupilot_json_bridge.sources.sample_bag import SAMPLE_BAG
     return SAMPLE_BAG
 
 
@@ -126,11 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the convention checks of a bag; 1 if any is wrong."""
-    from ardupilot_json_bridge.bagfile import read_messages
-    from ardupilot_json_bridge.conventions import CHECK_WINDOW, ConventionChecker, \
+    from ardupilot_json_bridge.core.conventions import CHECK_WINDOW, ConventionChecker, \
         format_table, observe_imu, observe_odometry, WRONG
-    from ardupilot_json_bridge.inputs import stamp_seconds
-    from ardupilot_json_bridge.replay import resolve_topic
+    from ardupilot_json_bridge.messages.inputs import stamp_seconds
+    from ardupilot_json_bridge.sources.bagfile import read_messages
+    from ardupilot_json_bridge.sources.replay import resolve_topic
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
@@ -148,9 +148,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
-    from ardupilot_json_bridge.replay import BagReplay, ReplaySettings
-    from ardupilot_json_bridge.routes import input_routes
-    from ardupilot_json_bridge.state import SensorState
+    from ardupilot_json_bridge.core.state import SensorState
+    from ardupilot_json_bridge.messages.routes import input_routes
+    from ardupilot_json_bridge.sources.replay import BagReplay, ReplaySettings
     log = logging.getLogger('ardupilot_json_bridge')
     bag = args.bag or _sample_bag()
     config = load_config(args.config, args.namespace, {
@@ -190,9 +190,9 @@ def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
 
 
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
-    from ardupilot_json_bridge.mujoco_source import MujocoLockStep
-    from ardupilot_json_bridge.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
-    from ardupilot_json_bridge.state import SensorState
+    from ardupilot_json_bridge.core.state import SensorState
+    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
     preset = args.config or default_preset()
     if preset is None:
         raise ConfigError('--config: the quad_x preset was not found; name a ros__parameters '
@@ -228,9 +228,9 @@ class NoSource:
 
 
 def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
-    from ardupilot_json_bridge.fdmdata_source import (
+    from ardupilot_json_bridge.core.state import SensorState
+    from ardupilot_json_bridge.sources.fdmdata_source import (
         FdmDataSettings, FdmDataSource, parse_channels, servo_channels_description)
-    from ardupilot_json_bridge.state import SensorState
     try:
         channels = parse_channels(args.channels)
     except ValueError as error:
@@ -259,9 +259,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if arguments[:1] in (['node'], ['mujoco-sim']):
         # The ROS 2 nodes, with ROS's own arguments (--ros-args ...).
         if arguments[0] == 'node':
-            from ardupilot_json_bridge.node import main as node_main
+            from ardupilot_json_bridge.ros.node import main as node_main
             return node_main(['ardupilot-json-bridge'] + arguments[1:])
-        from ardupilot_json_bridge.mujoco_sim import main as sim_main
+        from ardupilot_json_bridge.ros.mujoco_sim import main as sim_main
         return sim_main(['mujoco_sim'] + arguments[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)

@@ -13,9 +13,9 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from ardupilot_json_bridge.protocol import MAX_RANGEFINDERS
-from ardupilot_json_bridge.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
-from ardupilot_json_bridge.settings import LinkSettings, StateSettings
+from ardupilot_json_bridge.core.protocol import MAX_RANGEFINDERS
+from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
+from ardupilot_json_bridge.core.settings import LinkSettings, StateSettings
 
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32

@@ -31,14 +31,14 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
-from ardupilot_json_bridge.link import SitlLink  # noqa: E402
-from ardupilot_json_bridge.protocol import encode_reply, encode_servo_packet  # noqa: E402
-from ardupilot_json_bridge.pwm import (  # noqa: E402
+from ardupilot_json_bridge.core.protocol import encode_reply, encode_servo_packet  # noqa: E402
+from ardupilot_json_bridge.core.pwm import (  # noqa: E402
     ActuatorMapper, ChannelScaling, OutputGroup, OutputKind)
-from ardupilot_json_bridge.reply import build_reply  # noqa: E402
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample  # noqa: E402
-from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
-from ardupilot_json_bridge.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.core.reply import build_reply  # noqa: E402
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample  # noqa: E402
+from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 
 PHYSICS_STEP = 1.0 / 1200.0
 SITL_RATE = 1200.0
@@ -260,9 +260,10 @@ def per_frame(frames: int) -> Dict[str, float]:
 
 
 def conversions(count: int) -> Dict[str, float]:
-    from ardupilot_json_bridge import inputs
-    from ardupilot_json_bridge.bagfile import typestore
-    from ardupilot_json_bridge.sample_bag import imu_message, odometry_message, SteadyMotion
+    from ardupilot_json_bridge.messages import inputs
+    from ardupilot_json_bridge.sources.bagfile import typestore
+    from ardupilot_json_bridge.sources.sample_bag import (
+        imu_message, odometry_message, SteadyMotion)
     store = typestore('jazzy')
     motion = SteadyMotion(velocity=(1.0, 2.0, 0.5), yaw_rate=0.1)
     odometry = odometry_message(store, motion, 1.0, 1.0)

@@ -5,7 +5,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from ardupilot_json_bridge.launch_config import (
+from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, parse_bool, single_vehicle)
 
 

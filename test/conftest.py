@@ -7,9 +7,9 @@ from typing import Iterator, List
 
 import pytest
 
-from ardupilot_json_bridge.link import SitlLink
-from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings
-from ardupilot_json_bridge.state import SensorState
+from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.sitl_link import SitlLink
 from sitl_peer import SitlPeer
 
 

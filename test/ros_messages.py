@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ardupilot_json_bridge.bagfile import typestore
+from ardupilot_json_bridge.sources.bagfile import typestore
 
 STORES = {name: typestore(name) for name in ('humble', 'jazzy')}
 

@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ardupilot_json_bridge.protocol import encode_servo_packet
+from ardupilot_json_bridge.core.protocol import encode_servo_packet
 
 DOUBLE, FLOAT, VECTOR3, QUATERNION, BOOLEAN = 'double', 'float', 'vector3', 'quaternion', 'bool'
 

@@ -18,11 +18,11 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from ardupilot_json_bridge.link import SitlLink
-from ardupilot_json_bridge.protocol import encode_servo_packet
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.settings import LinkSettings, StateSettings
-from ardupilot_json_bridge.state import SensorState
+from ardupilot_json_bridge.core.protocol import encode_servo_packet
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.settings import LinkSettings, StateSettings
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.sitl_link import SitlLink
 from conftest import free_udp_port
 from sitl_peer import parse_reply
 from trajectory import attitude_error_deg, body_rates, specific_force, truth

@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from ardupilot_json_bridge import cdr
-from ardupilot_json_bridge.samples import InvalidSample
+from ardupilot_json_bridge.core.samples import InvalidSample
+from ardupilot_json_bridge.messages import cdr
 import ros_messages
 
 STORE = ros_messages.STORES['jazzy']

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from rosbags.typesys import get_types_from_msg
 
-from ardupilot_json_bridge.commands import (
+from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
+from ardupilot_json_bridge.messages.commands import (
     group_messages, group_topics, MessageClasses, pwm_message, time_message)
-from ardupilot_json_bridge.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
 import ros_messages as msgs
 
 ACTUATORS = 'actuator_msgs/msg/Actuators'

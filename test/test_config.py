@@ -6,7 +6,7 @@ import pytest
 
 from ardupilot_json_bridge.config import (
     config_from_parameters, ConfigError, flatten, load_parameters_file, PARAMETERS)
-from ardupilot_json_bridge.pwm import ActuatorField, OutputKind
+from ardupilot_json_bridge.core.pwm import ActuatorField, OutputKind
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', 'config')
 PRESETS = ['quad_x.yaml', 'plane.yaml', 'rover.yaml']

@@ -15,9 +15,9 @@ from typing import List
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from ardupilot_json_bridge.bagfile import write_bag as write_bag_file
-from ardupilot_json_bridge.conventions import (
+from ardupilot_json_bridge.core.conventions import (
     Check, ConventionChecker, format_table, LiveConventions, OK, UNDECIDED, WRONG)
+from ardupilot_json_bridge.sources.bagfile import write_bag as write_bag_file
 import ros_messages
 import ros_motion
 

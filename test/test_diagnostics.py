@@ -2,10 +2,10 @@
 
 import pytest
 
-from ardupilot_json_bridge.conventions import Check, OK, UNDECIDED, WRONG
-from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
-from ardupilot_json_bridge.settings import LinkSettings
-from ardupilot_json_bridge.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.conventions import Check, OK, UNDECIDED, WRONG
+from ardupilot_json_bridge.core.settings import LinkSettings
+from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
 
 
 def monitor():

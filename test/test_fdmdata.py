@@ -10,14 +10,14 @@ import time
 import numpy as np
 import pytest
 
-from ardupilot_json_bridge.fdmdata import (
+from ardupilot_json_bridge.core.frames import quaternion_to_euler
+from ardupilot_json_bridge.core.protocol import ServoPacket
+from ardupilot_json_bridge.core.state import SensorState, StateSettings
+from ardupilot_json_bridge.sources.fdmdata import (
     decode_controls, decode_reply, encode_controls, encode_reply, FdmDataError, Request)
-from ardupilot_json_bridge.fdmdata_source import (
+from ardupilot_json_bridge.sources.fdmdata_source import (
     FdmDataConverter, FdmDataSettings, FdmDataSource, FdmReading, GeodeticOrigin,
     parse_channels, pitot_airspeed)
-from ardupilot_json_bridge.frames import quaternion_to_euler
-from ardupilot_json_bridge.protocol import ServoPacket
-from ardupilot_json_bridge.state import SensorState, StateSettings
 from conftest import free_udp_port, reaped
 from fdmdata_server import FdmDataServer, ScriptedFlight
 from sitl_peer import SitlPeer

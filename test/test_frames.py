@@ -8,10 +8,10 @@ import pytest
 from scipy.spatial.transform import Rotation
 import transforms3d
 
-from ardupilot_json_bridge.frames import (
+from ardupilot_json_bridge.core.frames import (
     enu_to_ned, flu_to_frd, propagate_attitude, quaternion_to_euler, quaternion_to_matrix,
     ros_to_ned_frd, rpy_to_matrix)
-from ardupilot_json_bridge.inputs import imu_mounting
+from ardupilot_json_bridge.messages.inputs import imu_mounting
 
 unit = st.floats(-1.0, 1.0, allow_nan=False)
 angle = st.floats(-math.pi, math.pi, allow_nan=False)

@@ -6,13 +6,13 @@ import socket
 from hypothesis import example, given, settings, strategies as st
 
 from ardupilot_json_bridge.config import config_from_parameters
-from ardupilot_json_bridge.protocol import encode_reply, encode_servo_packet, ReplyError
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.reply import build_reply
-from ardupilot_json_bridge.routes import deliver, input_routes
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.settings import StateSettings
-from ardupilot_json_bridge.state import Instant, SensorState
+from ardupilot_json_bridge.core.protocol import encode_reply, encode_servo_packet, ReplyError
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.reply import build_reply
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.settings import StateSettings
+from ardupilot_json_bridge.core.state import Instant, SensorState
+from ardupilot_json_bridge.messages.routes import deliver, input_routes
 import ros_messages as msgs
 from sitl_peer import parse_reply
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ardupilot_json_bridge.config import config_from_parameters, load_parameters_file
-from ardupilot_json_bridge.replay import resolve_topic
+from ardupilot_json_bridge.sources.replay import resolve_topic
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config')
 NAMESPACE = 'quad'

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from ardupilot_json_bridge import inputs
-from ardupilot_json_bridge.samples import InvalidSample
+from ardupilot_json_bridge.core.samples import InvalidSample
+from ardupilot_json_bridge.messages import inputs
 import ros_messages as msgs
 
 STORES = list(msgs.STORES.values())

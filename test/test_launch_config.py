@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ardupilot_json_bridge.launch_config import (
+from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, bridge_parameters, fleet, LaunchArgumentError, parse_bool,
     single_vehicle, VehicleLaunch)
 

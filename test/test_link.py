@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from ardupilot_json_bridge.link import LinkError, SitlLink
-from ardupilot_json_bridge.protocol import encode_servo_packet
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.settings import LinkSettings, sitl_port, StateSettings
-from ardupilot_json_bridge.state import SensorState
+from ardupilot_json_bridge.core.protocol import encode_servo_packet
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.settings import LinkSettings, sitl_port, StateSettings
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from conftest import free_udp_port
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)

@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
 from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
-from ardupilot_json_bridge.link import SitlLink  # noqa: E402
-from ardupilot_json_bridge.mujoco_source import MujocoLockStep  # noqa: E402
-from ardupilot_json_bridge.mujoco_vehicle import MujocoVehicle  # noqa: E402
-from ardupilot_json_bridge.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
-from ardupilot_json_bridge.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402

@@ -17,7 +17,7 @@ from sensor_msgs.msg import Imu  # noqa: E402
 from std_msgs.msg import Float64MultiArray, UInt16MultiArray  # noqa: E402
 
 from ardupilot_json_bridge.config import ConfigError  # noqa: E402
-from ardupilot_json_bridge.node import JsonSitlBridge  # noqa: E402
+from ardupilot_json_bridge.ros.node import JsonSitlBridge  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 from sitl_peer import parse_reply, SitlPeer  # noqa: E402
 
@@ -197,9 +197,9 @@ def test_two_vehicles_do_not_interfere(harness):
 def test_recorded_topics_through_the_node_give_the_motion_on_sitls_grid(harness, tmp_path):
     import math
     from rclpy.serialization import deserialize_message
-    from ardupilot_json_bridge.bagfile import read_messages, typestore
-    from ardupilot_json_bridge.frames import quaternion_to_euler
-    from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
+    from ardupilot_json_bridge.core.frames import quaternion_to_euler
+    from ardupilot_json_bridge.sources.bagfile import read_messages, typestore
+    from ardupilot_json_bridge.sources.sample_bag import SteadyMotion, write_motion_bag
 
     motion = SteadyMotion(position=(3.0, 4.0, 10.0), velocity=(2.0, -1.0, 0.5), yaw=0.4,
                           yaw_rate=0.2)
@@ -276,7 +276,7 @@ def test_bad_start_is_one_fatal_line_and_exit_1(arguments, message):
     port = str(holder.getsockname()[1])
     try:
         result = subprocess.run(
-            [sys.executable, '-m', 'ardupilot_json_bridge.node', '--ros-args',
+            [sys.executable, '-m', 'ardupilot_json_bridge.ros.node', '--ros-args',
              *[a.replace('PORT', port) for a in arguments]],
             capture_output=True, text=True, timeout=30)
     finally:

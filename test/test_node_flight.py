@@ -17,7 +17,7 @@ pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip inst
                                     "'.[jazzy]'")
 pytest.importorskip('mujoco', reason='needs the mujoco package')
 
-from ardupilot_json_bridge.cdr import decode_odometry  # noqa: E402
+from ardupilot_json_bridge.messages.cdr import decode_odometry  # noqa: E402
 from conftest import reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 

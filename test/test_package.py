@@ -1,5 +1,7 @@
 """Packaging as ROS and pip see it: package.xml, the ament index marker, installed files."""
 
+import ast
+import glob
 import os
 import subprocess
 import sys
@@ -57,8 +59,8 @@ def setup_arguments(*argv: str) -> dict:
 def test_ros_executables_only_for_colcon(argv, ros_executables):
     scripts = ' '.join(setup_arguments(*argv)['scripts'])
     assert 'ardupilot-json-bridge = ardupilot_json_bridge.cli:main' in scripts
-    assert ('bridge = ardupilot_json_bridge.node:main' in scripts) == ros_executables
-    assert ('mujoco_sim = ardupilot_json_bridge.mujoco_sim:main' in scripts) == ros_executables
+    assert ('bridge = ardupilot_json_bridge.ros.node:main' in scripts) == ros_executables
+    assert ('mujoco_sim = ardupilot_json_bridge.ros.mujoco_sim:main' in scripts) == ros_executables
 
 
 def test_a_pip_wheel_puts_no_plain_bridge_on_path(tmp_path):
@@ -70,6 +72,9 @@ def test_a_pip_wheel_puts_no_plain_bridge_on_path(tmp_path):
         scripts = archive.read(name).decode().split('[console_scripts]')[1]
     names = {line.split('=')[0].strip() for line in scripts.splitlines() if '=' in line}
     assert names == {'ardupilot-json-bridge'}
+    shipped = set(archive.namelist())
+    assert 'ardupilot_json_bridge/sources/models/quad_x.xml' in shipped
+    assert 'ardupilot_json_bridge/sources/data/resting_vehicle/metadata.yaml' in shipped
 
 
 def test_setup_installs_launch_config_and_entry_points():
@@ -83,13 +88,13 @@ def test_setup_installs_launch_config_and_entry_points():
     assert any(f.startswith(f'{share}/launch/') and f.endswith('.launch.py') for f in files)
     scripts = ' '.join(installed['scripts'])
     assert 'ardupilot-json-bridge = ardupilot_json_bridge.cli:main' in scripts
-    assert 'bridge = ardupilot_json_bridge.node:main' in scripts
+    assert 'bridge = ardupilot_json_bridge.ros.node:main' in scripts
 
 
 def test_core_modules_import_nothing_from_ros():
     code = ('import sys\n'
-            'import ardupilot_json_bridge.cli, ardupilot_json_bridge.routes\n'
-            'import ardupilot_json_bridge.replay, ardupilot_json_bridge.link\n'
+            'import ardupilot_json_bridge.cli, ardupilot_json_bridge.messages.routes\n'
+            'import ardupilot_json_bridge.sources.replay, ardupilot_json_bridge.link.sitl_link\n'
             'bad = [m for m in sys.modules if m.split(".")[0] in '
             '("rclpy", "rosbags", "launch", "launch_ros", "sensor_msgs")]\n'
             'print(bad)\n')
@@ -98,8 +103,46 @@ def test_core_modules_import_nothing_from_ros():
     assert result.stdout.strip() == '[]'
 
 
+# Each layer imports only from itself and the layers before it.
+LAYERS = ['core', 'config', 'messages', 'link', 'sources', 'ros', 'cli']
+
+
+def package_imports(path: str) -> set:
+    """Return the ardupilot_json_bridge modules a file imports, at any depth."""
+    with open(path) as source:
+        tree = ast.parse(source.read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {n for n in names if n.split('.')[0] == 'ardupilot_json_bridge'}
+
+
+def layer_of(module: str) -> int:
+    parts = module.split('.')
+    return LAYERS.index(parts[1]) if len(parts) > 1 else 0
+
+
+@pytest.mark.parametrize('path', sorted(
+    p for p in glob.glob(os.path.join(ROOT, 'ardupilot_json_bridge', '**', '*.py'),
+                         recursive=True) if not p.endswith('__init__.py')))
+def test_each_module_imports_only_earlier_layers(path):
+    relative = os.path.relpath(path, ROOT)[:-len('.py')].replace(os.sep, '.')
+    own = layer_of(relative)
+    later = {m for m in package_imports(path) if layer_of(m) > own}
+    assert later == set(), f'{relative} ({LAYERS[own]}) imports a later layer'
+
+
+def test_every_module_belongs_to_a_layer():
+    top = os.path.join(ROOT, 'ardupilot_json_bridge')
+    names = {os.path.splitext(n)[0] for n in os.listdir(top)} - {'__init__', '__pycache__'}
+    assert names == set(LAYERS)
+
+
 def test_sample_bag_ships_and_is_small():
-    data = os.path.join(ROOT, 'ardupilot_json_bridge', 'data', 'resting_vehicle')
+    data = os.path.join(ROOT, 'ardupilot_json_bridge', 'sources', 'data', 'resting_vehicle')
     size = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data))
     assert os.path.isfile(os.path.join(data, 'metadata.yaml'))
     assert size < 100_000

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from ardupilot_json_bridge.protocol import (
+from ardupilot_json_bridge.core.protocol import (
     decode_servo_packet, encode_reply, encode_servo_packet, ReplyError, SensorReply,
     SERVO_MAGIC_16, SERVO_MAGIC_32, ServoPacketError)
 from sitl_peer import parse_reply

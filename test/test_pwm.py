@@ -2,7 +2,7 @@
 
 import pytest
 
-from ardupilot_json_bridge.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
+from ardupilot_json_bridge.core.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
 
 
 @pytest.mark.parametrize('scaling,pwm,command', [

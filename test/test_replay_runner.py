@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ardupilot_json_bridge.frames import quaternion_to_euler
-from ardupilot_json_bridge.sample_bag import SteadyMotion, write_motion_bag
+from ardupilot_json_bridge.core.frames import quaternion_to_euler
+from ardupilot_json_bridge.sources.sample_bag import SteadyMotion, write_motion_bag
 from conftest import free_udp_port, reaped
 from sitl_peer import parse_reply, SitlPeer
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ardupilot_json_bridge.session import FrameKind, SitlSession
+from ardupilot_json_bridge.link.session import FrameKind, SitlSession
 
 
 def answered(session, frame, stamp, sequence=1):

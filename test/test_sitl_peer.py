@@ -2,7 +2,7 @@
 
 import pytest
 
-from ardupilot_json_bridge.protocol import encode_reply, SensorReply
+from ardupilot_json_bridge.core.protocol import encode_reply, SensorReply
 from sitl_peer import parse_reply, SitlRejected
 
 REPLY = SensorReply(

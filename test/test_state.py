@@ -6,12 +6,12 @@ import threading
 
 import pytest
 
-from ardupilot_json_bridge.alignment import History
-from ardupilot_json_bridge.frames import quaternion_to_euler
-from ardupilot_json_bridge.reply import build_reply, imu_from_odometry, windvane
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample, Stamped
-from ardupilot_json_bridge.settings import SAMPLES, StateSettings
-from ardupilot_json_bridge.state import Instant, SensorState, Unavailable
+from ardupilot_json_bridge.core.alignment import History
+from ardupilot_json_bridge.core.frames import quaternion_to_euler
+from ardupilot_json_bridge.core.reply import build_reply, imu_from_odometry, windvane
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
+from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings
+from ardupilot_json_bridge.core.state import Instant, SensorState, Unavailable
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 REST_ACCEL = (0.0, 0.0, -9.80665)

@@ -20,8 +20,8 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64MultiArray
 
-from ardupilot_json_bridge.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
-from ardupilot_json_bridge.node import run_node
+from ardupilot_json_bridge.ros.node import run_node
+from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
 
 # Rotor commands: reliable, as the bridge publishes them.
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,

@@ -3,12 +3,12 @@
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional
 
-from ardupilot_json_bridge import cdr, inputs
 from ardupilot_json_bridge.config import BridgeConfig, LASER_SCAN
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.samples import InvalidSample
-from ardupilot_json_bridge.state import (
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.samples import InvalidSample
+from ardupilot_json_bridge.core.state import (
     AIRSPEED, BATTERY, IMU, ODOMETRY, rangefinder_name, RC, SensorState, WIND)
+from ardupilot_json_bridge.messages import cdr, inputs
 
 IMU_TYPE = 'sensor_msgs/msg/Imu'
 ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'

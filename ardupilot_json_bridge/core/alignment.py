@@ -14,8 +14,8 @@ import bisect
 import math
 from typing import Generic, List, Optional, Sequence, Tuple, TypeVar
 
-from ardupilot_json_bridge.frames import propagate_attitude, STANDARD_GRAVITY
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample, Vector3
+from ardupilot_json_bridge.core.frames import propagate_attitude, STANDARD_GRAVITY
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Vector3
 
 S = TypeVar('S')
 Quaternion = Tuple[float, float, float, float]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import math
 from typing import Any, Callable, List, Sequence, Tuple
 
-from ardupilot_json_bridge.pwm import ActuatorField, OutputGroup, OutputKind
+from ardupilot_json_bridge.core.pwm import ActuatorField, OutputGroup, OutputKind
 
 
 @dataclass(frozen=True)

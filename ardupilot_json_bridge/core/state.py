@@ -18,14 +18,14 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
-from ardupilot_json_bridge.alignment import Appended, History, imu_at, odometry_at
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.reply import imu_from_odometry
-from ardupilot_json_bridge.samples import (
+from ardupilot_json_bridge.core.alignment import Appended, History, imu_at, odometry_at
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.reply import imu_from_odometry
+from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
     Vector3, WindSample)
-from ardupilot_json_bridge.settings import GRID, StateSettings
-from ardupilot_json_bridge.stats import InputMeter
+from ardupilot_json_bridge.core.settings import GRID, StateSettings
+from ardupilot_json_bridge.core.stats import InputMeter
 
 IMU = 'imu'
 ODOMETRY = 'odometry'

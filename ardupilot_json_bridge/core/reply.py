@@ -5,10 +5,10 @@ from typing import Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.alignment import History, rotate
-from ardupilot_json_bridge.frames import quaternion_to_matrix, STANDARD_GRAVITY
-from ardupilot_json_bridge.protocol import SensorReply
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.alignment import History, rotate
+from ardupilot_json_bridge.core.frames import quaternion_to_matrix, STANDARD_GRAVITY
+from ardupilot_json_bridge.core.protocol import SensorReply
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 
 # Odometry-only mode differentiates velocity over at least this long, so stamp jitter does
 # not become acceleration spikes.

@@ -7,7 +7,7 @@ subscriptions and the publishers, and a child process (no ROS) keeps the state a
 samples go down a Unix SEQPACKET socket, frames' PWM, statistics and log lines come back.
 
 Parent side: LinkProcess, with the same push_* methods as SensorState, so input routes feed
-it unchanged. Child side: `python -m ardupilot_json_bridge.link_process`.
+it unchanged. Child side: `python -m ardupilot_json_bridge.link.link_process`.
 """
 
 import argparse
@@ -24,8 +24,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ardupilot_json_bridge.config import config_from_parameters
-from ardupilot_json_bridge.state import input_names
-from ardupilot_json_bridge.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.state import input_names
+from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
 # A serialized message of the input route whose index (in input_routes order) follows.
@@ -54,7 +54,7 @@ class LinkProcess:
         self._send = self._channel.send
         self._sendmsg = self._channel.sendmsg
         self.process = subprocess.Popen(
-            [sys.executable, '-m', 'ardupilot_json_bridge.link_process',
+            [sys.executable, '-m', 'ardupilot_json_bridge.link.link_process',
              '--udp-fd', str(udp.fileno()), '--channel-fd', str(child.fileno()),
              '--parameters', json.dumps(parameters)],
             pass_fds=(udp.fileno(), child.fileno()))
@@ -160,14 +160,14 @@ class ChannelLogHandler(logging.Handler):
 
 def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> int:
     """Child side: the state and the link, fed from the channel until it closes."""
-    from ardupilot_json_bridge.link import SitlLink
-    from ardupilot_json_bridge.ratelimit import RateLimitedLog
-    from ardupilot_json_bridge.conventions import ConventionChecker, LIVE_WINDOW, \
+    from ardupilot_json_bridge.core.conventions import ConventionChecker, LIVE_WINDOW, \
         LiveConventions, observe_imu, observe_odometry
-    from ardupilot_json_bridge.inputs import stamp_seconds
-    from ardupilot_json_bridge.routes import deliver, IMU_TYPE, input_routes, ODOMETRY_TYPE, \
-        serialized, SERIALIZED_DECODERS
-    from ardupilot_json_bridge.state import SensorState
+    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+    from ardupilot_json_bridge.core.state import SensorState
+    from ardupilot_json_bridge.link.sitl_link import SitlLink
+    from ardupilot_json_bridge.messages.inputs import stamp_seconds
+    from ardupilot_json_bridge.messages.routes import (
+        deliver, IMU_TYPE, input_routes, ODOMETRY_TYPE, serialized, SERIALIZED_DECODERS)
     channel = socket.socket(fileno=channel_fd)
     logger = logging.getLogger('ardupilot_json_bridge')
     logger.addHandler(ChannelLogHandler(channel))

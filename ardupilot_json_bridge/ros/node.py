@@ -34,18 +34,18 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import (
     Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
 
-from ardupilot_json_bridge.commands import group_messages, group_topics, MessageClasses, \
-    pwm_message
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
     ParameterSpec)
-from ardupilot_json_bridge.diagnostics import BridgeMonitor, Level
-from ardupilot_json_bridge.link import bind_udp, LinkError
-from ardupilot_json_bridge.link_process import LinkProcess
-from ardupilot_json_bridge.pwm import ActuatorMapper, OutputKind
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.routes import deliver, input_routes, InputRoute, \
+from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.link.link_process import LinkProcess
+from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
+from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses, \
+    pwm_message
+from ardupilot_json_bridge.messages.routes import deliver, input_routes, InputRoute, \
     SERIALIZED_DECODERS
+from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
 # publishers alike; only the newest sample matters.

@@ -15,12 +15,12 @@ import threading
 import time
 from typing import Deque, Dict, List, Optional
 
-from ardupilot_json_bridge.bagfile import (
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.messages.inputs import stamp_seconds
+from ardupilot_json_bridge.messages.routes import deliver, InputRoute
+from ardupilot_json_bridge.sources.bagfile import (
     bag_span, bag_topics, BagError, BagMessage, read_messages)
-from ardupilot_json_bridge.inputs import stamp_seconds
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.routes import deliver, InputRoute
-from ardupilot_json_bridge.state import SensorState
 
 # Seconds of wall time between progress lines.
 PROGRESS_PERIOD = 10.0

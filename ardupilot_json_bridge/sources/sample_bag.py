@@ -13,8 +13,8 @@ from typing import Any, Iterator, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.bagfile import typestore, write_bag
-from ardupilot_json_bridge.frames import STANDARD_GRAVITY
+from ardupilot_json_bridge.core.frames import STANDARD_GRAVITY
+from ardupilot_json_bridge.sources.bagfile import typestore, write_bag
 
 SAMPLE_BAG = os.path.join(os.path.dirname(__file__), 'data', 'resting_vehicle')
 IMU_TYPE = 'sensor_msgs/msg/Imu'

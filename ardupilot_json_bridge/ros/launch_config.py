@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import re
 from typing import Any, Dict, List, Union
 
-from ardupilot_json_bridge.settings import sitl_port
+from ardupilot_json_bridge.core.settings import sitl_port
 
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 MAX_FLEET = 64

@@ -16,15 +16,15 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.fdmdata import (
+from ardupilot_json_bridge.core.frames import euler_to_quaternion
+from ardupilot_json_bridge.core.protocol import ServoPacket
+from ardupilot_json_bridge.core.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.samples import AirspeedSample, ImuSample, OdometrySample
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.sources.fdmdata import (
     decode_reply, describe, encode_controls, encode_request, FdmDataError, reply_size,
     Request)
-from ardupilot_json_bridge.frames import euler_to_quaternion
-from ardupilot_json_bridge.protocol import ServoPacket
-from ardupilot_json_bridge.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.samples import AirspeedSample, ImuSample, OdometrySample
-from ardupilot_json_bridge.state import SensorState
 
 WGS84_A = 6378137.0
 WGS84_E2 = 6.69437999014e-3

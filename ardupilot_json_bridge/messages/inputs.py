@@ -11,10 +11,10 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.alignment import rotate
-from ardupilot_json_bridge.frames import FLU_TO_FRD, ros_to_ned_frd, rpy_to_matrix
-from ardupilot_json_bridge.protocol import Vector3
-from ardupilot_json_bridge.samples import (
+from ardupilot_json_bridge.core.alignment import rotate
+from ardupilot_json_bridge.core.frames import FLU_TO_FRD, ros_to_ned_frd, rpy_to_matrix
+from ardupilot_json_bridge.core.protocol import Vector3
+from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, InvalidSample, OdometrySample, RangeSample,
     RcSample, WindSample)
 

@@ -12,15 +12,15 @@ import threading
 import time
 from typing import Callable, Optional, Tuple, Union
 
-from ardupilot_json_bridge.portowner import udp_port_owner
-from ardupilot_json_bridge.protocol import (
+from ardupilot_json_bridge.core.protocol import (
     decode_servo_packet, encode_reply, ReplyError, ServoPacket, ServoPacketError)
-from ardupilot_json_bridge.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.reply import build_reply
-from ardupilot_json_bridge.session import FrameGrid, FrameKind, SitlSession
-from ardupilot_json_bridge.settings import LinkSettings, SITL_BASE_PORT, SITL_PORT_STRIDE
-from ardupilot_json_bridge.state import Instant, SensorState, Unavailable
-from ardupilot_json_bridge.stats import LinkStats
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.reply import build_reply
+from ardupilot_json_bridge.core.settings import LinkSettings, SITL_BASE_PORT, SITL_PORT_STRIDE
+from ardupilot_json_bridge.core.state import Instant, SensorState, Unavailable
+from ardupilot_json_bridge.core.stats import LinkStats
+from ardupilot_json_bridge.link.portowner import udp_port_owner
+from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, SitlSession
 
 MAX_DATAGRAM = 65536
 

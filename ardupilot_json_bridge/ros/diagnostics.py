@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import enum
 from typing import Dict, List, Optional, Sequence
 
-from ardupilot_json_bridge.conventions import Check, UNDECIDED, WRONG
-from ardupilot_json_bridge.settings import LinkSettings
-from ardupilot_json_bridge.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.conventions import Check, UNDECIDED, WRONG
+from ardupilot_json_bridge.core.settings import LinkSettings
+from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0
 STALE_INPUT_AFTER = 1.0

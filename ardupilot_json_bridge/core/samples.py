@@ -8,7 +8,7 @@ clock); the state turns them into SITL session time.
 from dataclasses import dataclass
 from typing import Generic, Optional, Tuple, TypeVar
 
-from ardupilot_json_bridge.protocol import Quaternion, Vector3
+from ardupilot_json_bridge.core.protocol import Quaternion, Vector3
 
 T = TypeVar('T')
 

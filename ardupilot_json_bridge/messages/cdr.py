@@ -12,7 +12,7 @@ reads are unpacked; covariances are skipped. Decoding is pure struct, no ROS.
 import struct
 from typing import NamedTuple, Tuple
 
-from ardupilot_json_bridge.samples import InvalidSample
+from ardupilot_json_bridge.core.samples import InvalidSample
 
 # The encapsulation header's second byte: 0 big-endian, 1 little-endian (plain CDR).
 BYTE_ORDERS = {0: '>', 1: '<'}

@@ -11,7 +11,7 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.protocol import Quaternion
+from ardupilot_json_bridge.core.protocol import Quaternion
 
 STANDARD_GRAVITY = 9.80665
 GRAVITY_NED = np.array([0.0, 0.0, STANDARD_GRAVITY])

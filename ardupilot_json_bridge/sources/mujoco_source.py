@@ -10,13 +10,13 @@ import logging
 import time
 from typing import Optional, Tuple
 
-from ardupilot_json_bridge.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
-from ardupilot_json_bridge.mujoco_vehicle import MujocoVehicle, VehicleState
-from ardupilot_json_bridge.protocol import ServoPacket
-from ardupilot_json_bridge.pwm import ActuatorMapper, OutputGroup
-from ardupilot_json_bridge.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.session import DEFAULT_FRAME_RATE
-from ardupilot_json_bridge.state import SensorState
+from ardupilot_json_bridge.core.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
+from ardupilot_json_bridge.core.protocol import ServoPacket
+from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
+from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle, VehicleState
 
 VIEWER_PERIOD = 1.0 / 60.0
 

@@ -1,0 +1,1 @@
+"""Worlds without rclpy: bag replay, the FDMData client and the MuJoCo engine."""
