@@ -21,6 +21,8 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
+# The simulated clock a bag may hold: the check pairs each IMU stamp with it.
+CLOCK = '/clock'
 
 
 def _sample_bag() -> str:
@@ -126,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the convention checks of a bag; 1 if any is wrong."""
-    from ardupilot_json_bridge.core.conventions import CHECK_WINDOW, ConventionChecker, \
-        format_table, observe_imu, observe_odometry, WRONG
+    from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, ConventionChecker, \
+        observe_imu, observe_odometry
+    from ardupilot_json_bridge.checks.verdicts import format_table, WRONG
     from ardupilot_json_bridge.messages.inputs import stamp_seconds
     from ardupilot_json_bridge.sources.bagfile import read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
@@ -136,9 +139,19 @@ def run_check(args: argparse.Namespace) -> int:
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
     odom_topic = resolve_topic(args.namespace, inputs.odom_topic)
     checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
-    for message in read_messages(args.bag or _sample_bag(), [imu_topic, odom_topic]):
-        observe = observe_imu if message.topic == imu_topic else observe_odometry
-        observe(checker, message.message, stamp_seconds(message.message.header))
+    clock = None
+    for message in read_messages(args.bag or _sample_bag(), [imu_topic, odom_topic, CLOCK]):
+        if message.topic == CLOCK:
+            time = message.message.clock
+            clock = time.sec + time.nanosec * 1e-9
+            continue
+        stamp = stamp_seconds(message.message.header)
+        if message.topic == imu_topic:
+            observe_imu(checker, message.message, stamp)
+            if clock is not None:
+                checker.add_clock(stamp, clock)
+        else:
+            observe_odometry(checker, message.message, stamp)
     checks = checker.checks()
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))

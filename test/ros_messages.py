@@ -24,6 +24,11 @@ def header(store: Any, stamp: float, frame_id: str = 'base_link') -> Any:
     return types['std_msgs/msg/Header'](stamp=time, frame_id=frame_id)
 
 
+def clock(store: Any, now: float) -> Any:
+    """rosgraph_msgs/Clock at now (s)."""
+    return store.types['rosgraph_msgs/msg/Clock'](clock=header(store, now).stamp)
+
+
 def vector3(store: Any, values: Sequence[float]) -> Any:
     x, y, z = values
     return store.types['geometry_msgs/msg/Vector3'](x=x, y=y, z=z)

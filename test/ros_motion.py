@@ -15,7 +15,11 @@ from scipy.spatial.transform import Rotation
 
 GRAVITY = 9.80665
 FAULTS = ('frd_imu', 'gyro_deg', 'accel_g', 'no_gravity', 'gravity_reversed', 'world_twist',
-          'w_first', 'non_unit', 'ned_world')
+          'w_first', 'non_unit', 'ned_world', 'odom_late')
+# How late 'odom_late' stamps odometry (s), as a simulator stamping on publish might.
+ODOM_DELAY = 0.05
+# A vibration's frequency (Hz): motors shaking the frame in roll.
+VIBRATION_HZ = 25.0
 RATE_STEP = 1e-5
 # Swings: (amplitude, angular frequency rad/s, phase) per axis.
 ANGLE_SWINGS = ((0.35, 1.3, 0.2), (0.3, 1.7, 1.0), (1.2, 0.9, 0.0))
@@ -35,6 +39,7 @@ class Stream:
     moving: bool = True
     phase: float = 0.0
     seed: int = 1
+    vibration: float = 0.0
 
 
 def _rotation(stream: Stream, t: float) -> Rotation:
@@ -42,6 +47,7 @@ def _rotation(stream: Stream, t: float) -> Rotation:
     if not stream.moving:
         return Rotation.from_euler('xyz', [0.02, -0.03, 0.7])
     angles = [a * math.sin(w * t + p + stream.phase) for a, w, p in ANGLE_SWINGS]
+    angles[0] += stream.vibration * math.sin(2 * math.pi * VIBRATION_HZ * t)
     return Rotation.from_euler('ZYX', angles[::-1])
 
 
@@ -113,4 +119,5 @@ def odometry_samples(stream: Stream) -> Iterator[OdometryRow]:
         orientation = (w, x, y, z) if 'w_first' in faults else (x, y, z, w)
         if 'non_unit' in faults:
             orientation = tuple(1.1 * v for v in orientation)
-        yield t, tuple(position), orientation, tuple(twist)
+        stamp = t + ODOM_DELAY if 'odom_late' in faults else t
+        yield stamp, tuple(position), orientation, tuple(twist)

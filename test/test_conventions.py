@@ -13,10 +13,13 @@ import sys
 from typing import List
 
 from hypothesis import given, settings, strategies as st
+import numpy as np
 import pytest
 
-from ardupilot_json_bridge.core.conventions import (
-    Check, ConventionChecker, format_table, LiveConventions, OK, UNDECIDED, WRONG)
+from ardupilot_json_bridge.checks import timing
+from ardupilot_json_bridge.checks.conventions import ConventionChecker
+from ardupilot_json_bridge.checks.live import LiveConventions
+from ardupilot_json_bridge.checks.verdicts import Check, format_table, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.sources.bagfile import write_bag as write_bag_file
 import ros_messages
 import ros_motion
@@ -32,16 +35,22 @@ NAMED = {
     'w_first': ('quaternion: order and motion', 'x, y, z, w (it is w, x, y, z)'),
     'non_unit': ('quaternion: unit', 'unit quaternions'),
     'ned_world': ('gravity', 'ENU world'),
+    'odom_late': ('time: imu to odometry', 'the odometry stamps are 50 ms late'),
 }
 # The fixes a user applies in the bridge's parameters (the others change the simulator).
 PARAMETER_FIXES = {'frd_imu': {'imu_mounting_rpy': (180.0, 0.0, 0.0)},
                    'world_twist': {'odom_twist_frame': 'world'}}
 
 
+# The bridge's clock when an IMU message arrives: its stamp plus this latency (s).
+LATENCY = 0.002
+
+
 def judged(stream: ros_motion.Stream, **parameters) -> List[Check]:
     checker = ConventionChecker(**parameters)
     for sample in ros_motion.imu_samples(stream):
         checker.add_imu(*sample)
+        checker.add_clock(sample[0], sample[0] + LATENCY)
     for sample in ros_motion.odometry_samples(stream):
         checker.add_odometry(*sample)
     return checker.checks()
@@ -61,7 +70,8 @@ def test_each_fault_alone_is_named_with_its_fix(fault):
 
 
 @pytest.mark.parametrize('faults', [('frd_imu', 'world_twist'), ('ned_world', 'gyro_deg'),
-                                    ('frd_imu', 'gyro_deg'), ('w_first', 'world_twist')])
+                                    ('frd_imu', 'gyro_deg'), ('w_first', 'world_twist'),
+                                    ('frd_imu', 'odom_late')])
 def test_faults_in_pairs_are_each_named(faults):
     checks = judged(ros_motion.Stream(faults=faults))
     expected = {NAMED[fault][0]: NAMED[fault][1] for fault in faults}
@@ -106,6 +116,44 @@ def test_at_rest_only_gravity_decides(faults, gravity):
         assert 'imu_mounting_rpy: [180.0, 0.0, 0.0]' in checks['gravity'].fix
 
 
+def test_an_imu_too_slow_for_the_vibration_is_named_with_the_rate_it_needs():
+    shaking = dict(vibration=0.01, seconds=4.0)
+    checks = judged(ros_motion.Stream(imu_rate=60.0, **shaking))
+    print(f'\n60 Hz IMU, {ros_motion.VIBRATION_HZ} Hz vibration:\n{format_table(checks)}')
+    fixes = wrong(checks)
+    assert 'time: imu rate' in fixes, format_table(checks)
+    needed = float(fixes['time: imu rate'].split('at ')[1].split(' Hz')[0])
+    assert 60.0 < needed
+    assert 'time: imu rate' not in wrong(judged(ros_motion.Stream(imu_rate=1000.0, **shaking)))
+
+
+def test_odometry_too_slow_for_the_motion_is_named():
+    checks = judged(ros_motion.Stream(odom_rate=2.0, seconds=12.0))
+    print(f'\n2 Hz odometry:\n{format_table(checks)}')
+    assert 'publish odometry at' in wrong(checks).get('time: odometry rate', ''), \
+        format_table(checks)
+
+
+@pytest.mark.parametrize('stamp, clock, words', [
+    (1.7e9 + 5.0, 5.002, 'wall-clock time while the clock is simulated'),
+    (5.0, 1.7e9 + 5.0, 'use_sim_time: true'),
+    (5.0, 7.5, 'not a queued or delayed time'),
+    (5.0, 4.0, '/clock'),
+])
+def test_stamps_on_another_clock_are_named(stamp, clock, words):
+    checker = ConventionChecker()
+    for k in range(50):
+        checker.add_clock(stamp + 0.01 * k, clock + 0.01 * k)
+    check = timing.clock_check(np.array(checker._clock))
+    assert check.verdict == WRONG and words in check.fix, check
+
+
+@pytest.mark.parametrize('latency', [0.0, 0.004, 0.2])
+def test_stamps_on_the_clock_are_ok(latency):
+    pairs = np.array([(5.0 + 0.01 * k, 5.0 + 0.01 * k + latency) for k in range(50)])
+    assert timing.clock_check(pairs).verdict == OK
+
+
 def test_stamps_that_go_back_are_wrong():
     checker = ConventionChecker()
     for k, sample in enumerate(ros_motion.imu_samples(ros_motion.Stream(seconds=1.0))):
@@ -116,14 +164,22 @@ def test_stamps_that_go_back_are_wrong():
     assert 'time: imu stamps' in wrong(checker.checks())
 
 
-def write_bag(path, stream: ros_motion.Stream) -> None:
+def write_bag(path, stream: ros_motion.Stream, stamp_offset: float = 0.0) -> None:
+    """
+    Write the stream as a recorder would: logged on arrival, /clock at 100 Hz beside it.
+
+    stamp_offset moves the header stamps only, as a simulator stamping on another clock.
+    """
     store = ros_messages.STORES['jazzy']
-    messages = [('/uav1/imu', 'sensor_msgs/msg/Imu', round(t * 1e9),
-                 ros_messages.imu(store, t, gyro, accel))
+    messages = [('/uav1/imu', 'sensor_msgs/msg/Imu', round((t + LATENCY) * 1e9),
+                 ros_messages.imu(store, t + stamp_offset, gyro, accel))
                 for t, gyro, accel in ros_motion.imu_samples(stream)]
-    messages += [('/uav1/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
-                  ros_messages.odometry(store, t, position, orientation, linear))
+    messages += [('/uav1/odom', 'nav_msgs/msg/Odometry', round((t + LATENCY) * 1e9),
+                  ros_messages.odometry(store, t + stamp_offset, position, orientation, linear))
                  for t, position, orientation, linear in ros_motion.odometry_samples(stream)]
+    messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(k / 100 * 1e9),
+                  ros_messages.clock(store, k / 100))
+                 for k in range(int(stream.seconds * 100))]
     messages.sort(key=lambda m: m[2])
     write_bag_file(str(path), messages, store)
 
@@ -145,6 +201,14 @@ def test_check_command_names_the_fix_and_exits_1_until_it_is_applied(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     verdicts = {c['name']: c['verdict'] for c in json.loads(result.stdout)}
     assert set(verdicts.values()) == {OK}
+
+
+def test_check_command_names_wall_clock_stamps_against_a_simulated_clock(tmp_path):
+    bag = tmp_path / 'wall_stamps'
+    write_bag(bag, ros_motion.Stream(seconds=6.0), stamp_offset=1.7e9)
+    result = check_command(str(bag), '--namespace', 'uav1')
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'wall-clock time while the clock is simulated' in result.stdout
 
 
 def test_check_command_on_the_shipped_sample_bag_finds_nothing_wrong():

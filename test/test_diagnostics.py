@@ -2,7 +2,7 @@
 
 import pytest
 
-from ardupilot_json_bridge.core.conventions import Check, OK, UNDECIDED, WRONG
+from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.core.settings import LinkSettings
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level

@@ -102,11 +102,19 @@ class Simulator:
         rclpy.shutdown(context=self.context)
 
 
-def start_node(namespace: str, port: int) -> subprocess.Popen:
+def start_node(namespace: str, port: int, sim_time: bool = True) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'node', '--ros-args', '-r',
-         f'__ns:=/{namespace}', '--params-file', CONFIG, '-p', 'use_sim_time:=true', '-p',
-         f'port:={port}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         f'__ns:=/{namespace}', '--params-file', CONFIG, '-p',
+         f'use_sim_time:={str(sim_time).lower()}', '-p', f'port:={port}'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def conventions_values(simulator: 'Simulator', namespace: str) -> Dict[str, str]:
+    """Return the newest conventions status's values (check: verdict and figures)."""
+    statuses = [status for report in simulator.diagnostics for status in report.status
+                if status.name == f'{namespace}/json_sitl_bridge: conventions']
+    return {v.key: v.value for v in statuses[-1].values} if statuses else {}
 
 
 def wait_for(condition, timeout: float = 15.0) -> bool:
@@ -144,18 +152,37 @@ def test_the_node_process_end_to_end(stop_signal):
                         if status.name == 'uav1/json_sitl_bridge: SITL link']
             assert wait_for(lambda: any(m.startswith('connected') for m in link_messages()))
 
-            def conventions():
-                return [status for report in simulator.diagnostics for status in report.status
-                        if status.name == 'uav1/json_sitl_bridge: conventions']
             # At rest: gravity is judged ok, the rest undecided (the live checks, every 5 s).
-            assert wait_for(lambda: any('ok' in s.message and 'undecided' in s.message
-                                        for s in conventions()), timeout=20.0)
-            values = {v.key: v.value for v in conventions()[-1].values}
+            assert wait_for(lambda: 'gravity' in conventions_values(simulator, 'uav1'),
+                            timeout=20.0)
+            values = conventions_values(simulator, 'uav1')
             assert values['gravity'].startswith('ok'), values
+            assert values['imu mounting'].startswith('undecided'), values
+            # The node's clock is /clock, which the simulator stamps with.
+            assert values['time: stamps against the clock'].startswith('ok'), values
             node.send_signal(stop_signal)
             output, _ = node.communicate(timeout=15)
         assert node.returncode == 0, output
         assert 'Traceback' not in output
+    finally:
+        peer.close()
+        simulator.close()
+
+
+def test_a_node_on_the_wall_clock_names_the_simulated_stamps():
+    port = free_udp_port()
+    simulator = Simulator({'uav1': 3.0})
+    peer = SitlPeer(port)
+    try:
+        with reaped(start_node('uav1', port, sim_time=False)) as node:
+            assert len(peer.lock_step(50, [1500] * 16, timeout=30.0, wait=0.5)) == 50
+            assert wait_for(lambda: 'gravity' in conventions_values(simulator, 'uav1'),
+                            timeout=20.0)
+            check = conventions_values(simulator, 'uav1')['time: stamps against the clock']
+            assert check.startswith('wrong') and 'use_sim_time: true' in check, check
+            node.send_signal(signal.SIGINT)
+            output, _ = node.communicate(timeout=15)
+        assert 'conventions: time: stamps against the clock is wrong' in output
     finally:
         peer.close()
         simulator.close()

@@ -28,6 +28,8 @@ from ardupilot_json_bridge.core.state import input_names
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
+# The node's clock (s) as the IMU message that follows arrived: for the live clock check.
+CLOCK = ord('K')
 # A serialized message of the input route whose index (in input_routes order) follows.
 SERIALIZED = ord('M')
 PWM, STATS, LOG = b'PSL'
@@ -88,6 +90,10 @@ class LinkProcess:
 
     def push_rc(self, sample: Any) -> None:
         self._forward(RC, sample)
+
+    def push_clock(self, now: float) -> None:
+        """Forward the node's clock on receipt of the IMU message forwarded next."""
+        self._forward(CLOCK, now)
 
     def push_serialized(self, route_index: int, data: bytes) -> None:
         """Forward a message as rclpy received it raw, for the child to decode."""
@@ -160,8 +166,9 @@ class ChannelLogHandler(logging.Handler):
 
 def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> int:
     """Child side: the state and the link, fed from the channel until it closes."""
-    from ardupilot_json_bridge.core.conventions import ConventionChecker, LIVE_WINDOW, \
-        LiveConventions, observe_imu, observe_odometry
+    from ardupilot_json_bridge.checks.conventions import ConventionChecker, observe_imu, \
+        observe_odometry
+    from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
     from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.link.sitl_link import SitlLink
@@ -197,7 +204,17 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     warnings = RateLimitedLog(logger)
     checker = ConventionChecker(config.inputs.imu_mounting_rpy, config.inputs.odom_twist_frame,
                                 LIVE_WINDOW)
-    observers = {IMU_TYPE: lambda m: observe_imu(checker, m, stamp_seconds(m.header)),
+    clock: Dict[str, Optional[float]] = {'on receipt': None}
+
+    def on_imu(message: Any) -> None:
+        stamp = stamp_seconds(message.header)
+        observe_imu(checker, message, stamp)
+        now = clock['on receipt']
+        if now is not None:
+            checker.add_clock(stamp, now)
+            clock['on receipt'] = None
+
+    observers = {IMU_TYPE: on_imu,
                  ODOMETRY_TYPE: lambda m: observe_odometry(checker, m, stamp_seconds(m.header))}
     routes = [serialized(route, observers[route.msgtype])
               if route.msgtype in SERIALIZED_DECODERS else route
@@ -212,7 +229,8 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     pushes = {SETTINGS: update, IMU: state.push_imu, ODOMETRY: state.push_odometry,
               WIND: state.push_wind, AIRSPEED: state.push_airspeed,
               BATTERY: state.push_battery, RC: state.push_rc,
-              RANGE: lambda item: state.push_range(*item), REJECTED: state.count_rejected}
+              RANGE: lambda item: state.push_range(*item), REJECTED: state.count_rejected,
+              CLOCK: lambda now: clock.__setitem__('on receipt', now)}
     channel.settimeout(STATS_PERIOD)
     next_stats = time.monotonic() + STATS_PERIOD
     try:

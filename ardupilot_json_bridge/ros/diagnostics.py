@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import enum
 from typing import Dict, List, Optional, Sequence
 
-from ardupilot_json_bridge.core.conventions import Check, UNDECIDED, WRONG
+from ardupilot_json_bridge.checks.verdicts import Check, UNDECIDED, WRONG
 from ardupilot_json_bridge.core.settings import LinkSettings
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 

@@ -43,7 +43,7 @@ from ardupilot_json_bridge.link.link_process import LinkProcess
 from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
 from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses, \
     pwm_message
-from ardupilot_json_bridge.messages.routes import deliver, input_routes, InputRoute, \
+from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_routes, InputRoute, \
     SERIALIZED_DECODERS
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
 
@@ -64,6 +64,8 @@ LIVE_SETTINGS = ('fresh_timeout', 'peer_timeout', 'max_odometry_lag', 'max_optio
                  'max_backlog', 'horizon')
 # How long a stopping executor may take to return from its last callback (s).
 SPIN_STOP_TIMEOUT = 5.0
+# Every this many IMU messages, the node's clock on receipt goes along for the clock check.
+CLOCK_SAMPLE_EVERY = 50
 LEVELS = {Level.OK: 'OK', Level.WARN: 'WARN', Level.ERROR: 'ERROR', Level.STALE: 'STALE'}
 
 
@@ -152,8 +154,11 @@ class JsonSitlBridge(Node):
         # messages and forwards the samples, and publishes what comes back.
         self.state = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger)
         self.routes = input_routes(self.config, self.state)
+        self._imu_count = 0
         for index, route in enumerate(self.routes):
-            if route.msgtype in SERIALIZED_DECODERS:
+            if route.msgtype == IMU_TYPE:
+                callback = partial(self._imu_received, index)
+            elif route.msgtype in SERIALIZED_DECODERS:
                 # Taken raw and decoded in the link process: see cdr.py.
                 callback = partial(self.state.push_serialized, index)
             else:
@@ -221,6 +226,15 @@ class JsonSitlBridge(Node):
                 continue
             groups.append(group)
         return groups
+
+    def _imu_received(self, index: int, data: bytes) -> None:
+        """Forward a raw IMU message; every CLOCK_SAMPLE_EVERY-th with this node's clock."""
+        self._imu_count += 1
+        if self._imu_count % CLOCK_SAMPLE_EVERY == 0:
+            now = self.get_clock().now().nanoseconds
+            if now:  # zero: on simulated time, before the first /clock
+                self.state.push_clock(now * 1e-9)
+        self.state.push_serialized(index, data)
 
     def _deliver(self, route: InputRoute, message: Any) -> None:
         deliver(route, message, self._now(), self.state, self.warnings)

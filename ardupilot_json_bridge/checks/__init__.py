@@ -1,0 +1,1 @@
+"""Convention checks: a simulator's IMU and odometry judged against REP-103 and each other."""

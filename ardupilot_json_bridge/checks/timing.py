@@ -1,0 +1,202 @@
+"""
+Time checks: advancing stamps, rates that follow the motion, one clock for all.
+
+Stamps must advance; IMU and odometry must be stamped on one clock, without an offset, and
+on the clock the bridge runs on.
+
+SITL needs one physics time for every sample. The bridge interpolates IMU and odometry onto
+SITL's frame grid, so a rate is too low only when the signal changes faster than its samples
+follow; that is measured (the error of interpolating each sample from its neighbours), not
+guessed from the rate alone.
+"""
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ardupilot_json_bridge.checks.kinematics import (
+    interpolated, Motion, relative_rotations, rms, rotation_vectors, rotations_about)
+from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
+
+# What SITL asks for by default: frames per second, and ArduCopter's loop rate (Hz).
+SITL_FRAME_RATE = 1200.0
+VEHICLE_LOOP_RATE = 400.0
+# Interpolation errors (RMS) between samples beyond which the rate is too low for the motion.
+MAX_GYRO_INTERPOLATION = 0.05
+MAX_ATTITUDE_INTERPOLATION = 0.5
+MAX_POSITION_INTERPOLATION = 0.05
+# IMU-to-odometry offsets searched (s), the coarse step (s), and the fit needed to decide.
+MAX_OFFSET = 0.25
+OFFSET_STEP = 0.0025
+OFFSET_FIT = 0.3
+# Stamps further than this from the clock (s) are on another clock altogether.
+OTHER_CLOCK = 1000.0
+# Later than this (s) behind the clock, or ahead of it, stamps are not the samples' time.
+MAX_LAG = 1.0
+MAX_LEAD = 0.5
+# Epoch seconds above this are wall-clock time (2001); simulated time starts near zero.
+WALL_CLOCK_EPOCH = 1e9
+
+
+def stamps_check(name: str, stamps: np.ndarray) -> Check:
+    """Judge stamps in arrival order: advancing, never repeated or going back."""
+    steps = np.diff(stamps)
+    back, repeated = int(np.sum(steps < 0)), int(np.sum(steps == 0))
+    span = stamps[-1] - stamps[0]
+    rate = (len(stamps) - 1) / span if span > 0 else 0.0
+    measured = f'{rate:.0f} Hz, {back} step(s) back, {repeated} repeated'
+    if back or repeated or span <= 0:
+        return Check(f'time: {name} stamps', WRONG, measured,
+                     'stamp each message with the physics time it describes, advancing')
+    return Check(f'time: {name} stamps', OK, measured)
+
+
+def median_rate(stamps: np.ndarray) -> float:
+    """Return samples per second from the median step of sorted stamps."""
+    step = float(np.median(np.diff(stamps)))
+    return 1.0 / step if step > 0 else 0.0
+
+
+def needed_rate(rate: float, error: float, limit: float) -> float:
+    """Return the rate at which an interpolation error (second order in the step) meets limit."""
+    rate = rate * math.sqrt(error / limit)
+    step = 10.0 if rate < 100.0 else 50.0
+    return step * math.ceil(rate / step)
+
+
+def midpoint_errors(values: np.ndarray) -> np.ndarray:
+    """
+    Return, per inner sample, the error of interpolating it from its two neighbours, / 4.
+
+    Linear interpolation errs by a quarter of that between adjacent samples (second order).
+    """
+    return (0.5 * (values[2:] + values[:-2]) - values[1:-1]) / 4.0
+
+
+def imu_rate_check(stamps: np.ndarray, gyro: np.ndarray) -> Check:
+    """Judge whether the IMU's rate follows its gyro (rad/s), against SITL's rates."""
+    rate = median_rate(stamps)
+    error = rms(midpoint_errors(gyro))
+    measured = (f"{rate:.4g} Hz against SITL's {SITL_FRAME_RATE:.0f} frames/s and "
+                f'{VEHICLE_LOOP_RATE:.0f} Hz loop; the gyro interpolates between samples to '
+                f'{error:.3f} rad/s RMS')
+    if error > MAX_GYRO_INTERPOLATION:
+        needed = needed_rate(rate, error, MAX_GYRO_INTERPOLATION)
+        return Check('time: imu rate', WRONG, measured,
+                     f'publish the IMU at {needed:.0f} Hz or more: the motion is faster than '
+                     f'{rate:.4g} Hz samples follow')
+    return Check('time: imu rate', OK, measured)
+
+
+def odometry_rate_check(motion: Motion) -> Check:
+    """Judge whether the odometry's rate follows its attitude and position."""
+    rate = median_rate(motion.stamps)
+    rotations = motion.rotations
+    if len(rotations) < 3:
+        return Check('time: odometry rate', UNDECIDED, f'{len(rotations)} samples')
+    halves = rotation_vectors(relative_rotations(rotations[:-2], rotations[2:])) / 2.0
+    midpoints = rotations[:-2] @ rotations_about(halves)
+    attitude = math.degrees(rms(rotation_vectors(relative_rotations(
+        midpoints, rotations[1:-1])) / 4.0))
+    position = rms(midpoint_errors(motion.position))
+    measured = (f'{rate:.4g} Hz; interpolating between samples errs by {attitude:.3f} deg of '
+                f'attitude and {position:.3f} m RMS')
+    if attitude > MAX_ATTITUDE_INTERPOLATION or position > MAX_POSITION_INTERPOLATION:
+        needed = max(needed_rate(rate, attitude, MAX_ATTITUDE_INTERPOLATION),
+                     needed_rate(rate, position, MAX_POSITION_INTERPOLATION))
+        return Check('time: odometry rate', WRONG, measured,
+                     f'publish odometry at {needed:.0f} Hz or more')
+    return Check('time: odometry rate', OK, measured)
+
+
+def offset_residuals(imu_stamps: np.ndarray, gyro: np.ndarray, motion: Motion,
+                     rates: np.ndarray, lags: np.ndarray) -> np.ndarray:
+    """
+    Return the RMS of the gyro's mean over odometry steps, lag s later, minus their rates.
+
+    Means of the integrated gyro, not samples: a sample read where it falls on a grid point
+    keeps its full noise while one between two is averaged, which would favour some lags.
+    """
+    steps = np.diff(imu_stamps)[:, None]
+    integral = np.concatenate([np.zeros((1, 3)),
+                               np.cumsum(0.5 * (gyro[1:] + gyro[:-1]) * steps, axis=0)])
+    starts, ends = motion.stamps[:-1], motion.stamps[1:]
+    inside = (starts + lags[0] >= imu_stamps[0]) & (ends + lags[-1] <= imu_stamps[-1])
+    starts, ends, target = starts[inside], ends[inside], rates[inside]
+    span = (ends - starts)[:, None]
+    return np.array([rms((interpolated(imu_stamps, integral, ends + lag)
+                          - interpolated(imu_stamps, integral, starts + lag)) / span - target)
+                     for lag in lags])
+
+
+def offset_check(imu_stamps: np.ndarray, gyro: Optional[np.ndarray],
+                 motion: Motion, rates: np.ndarray, rotation: float) -> Check:
+    """
+    Find the time offset between IMU and odometry by sliding the gyro along the attitude rates.
+
+    gyro is in rad/s in the body frame (mounting applied), None when no mounting fits.
+    """
+    name = 'time: imu to odometry'
+    if gyro is None:
+        return Check(name, UNDECIDED, 'needs rotation that the gyro and the attitude agree on')
+    if imu_stamps[-1] - imu_stamps[0] < 4 * MAX_OFFSET:
+        return Check(name, UNDECIDED, 'needs a longer window')
+    coarse = np.arange(-MAX_OFFSET, MAX_OFFSET + OFFSET_STEP / 2, OFFSET_STEP)
+    residuals = offset_residuals(imu_stamps, gyro, motion, rates, coarse)
+    best = int(np.argmin(residuals))
+    if best in (0, len(coarse) - 1):
+        return Check(name, UNDECIDED, f'best fit at the edge of +-{MAX_OFFSET * 1e3:.0f} ms')
+    # The mean square is a parabola in the lag (the RMS a hyperbola): its vertex is unbiased.
+    offset = coarse[best] + parabola_vertex(residuals[best - 1:best + 2] ** 2) * OFFSET_STEP
+    fit = float(residuals[best]) / rotation
+    step = 1.0 / min(median_rate(imu_stamps), median_rate(motion.stamps))
+    measured = (f'the gyro matches the attitude rates best {abs(offset) * 1e3:.1f} ms '
+                f'{"earlier" if offset < 0 else "later"} (fit {fit:.1%}, sample step '
+                f'{step * 1e3:.1f} ms)')
+    if fit > OFFSET_FIT:
+        return Check(name, UNDECIDED, measured + ': no offset fits')
+    if abs(offset) > max(0.005, 0.5 * step):
+        later = 'odometry' if offset < 0 else 'IMU'
+        return Check(name, WRONG, measured,
+                     f'stamp IMU and odometry with the physics time of each sample: the '
+                     f'{later} stamps are {abs(offset) * 1e3:.0f} ms late')
+    return Check(name, OK, measured)
+
+
+def parabola_vertex(values: Sequence[float]) -> float:
+    """Return where a parabola through three equally spaced values has its vertex, in steps."""
+    before, middle, after = values
+    curvature = before - 2.0 * middle + after
+    return 0.0 if curvature <= 0 else 0.5 * (before - after) / curvature
+
+
+def clock_check(pairs: np.ndarray) -> Check:
+    """Judge (message stamp, clock on receipt) pairs: are stamps on the bridge's clock."""
+    name = 'time: stamps against the clock'
+    if len(pairs) == 0:
+        return Check(name, UNDECIDED, 'no clock readings (a bag without /clock)')
+    stamp, clock = (float(v) for v in np.median(pairs, axis=0))
+    lag = float(np.median(pairs[:, 1] - pairs[:, 0]))
+    measured = f'stamps {stamp:.3f} s, clock {clock:.3f} s on receipt (median)'
+    if abs(lag) > OTHER_CLOCK:
+        return Check(name, WRONG, measured, other_clock_fix(stamp, clock))
+    if lag > MAX_LAG:
+        return Check(name, WRONG, measured + f': {lag:.2f} s late',
+                     'stamp each message with the time of its sample, not a queued or '
+                     'delayed time')
+    if lag < -MAX_LEAD:
+        return Check(name, WRONG, measured + f': {-lag:.2f} s ahead of the clock',
+                     'stamp with the clock the simulator publishes on /clock')
+    return Check(name, OK, measured + f': {lag * 1e3:.1f} ms behind')
+
+
+def other_clock_fix(stamp: float, clock: float) -> str:
+    """Return the fix for stamps on another clock than the bridge's, by which is the wall."""
+    if stamp > WALL_CLOCK_EPOCH > clock:
+        return ('the stamps are wall-clock time while the clock is simulated: stamp with the '
+                'simulation time, or run without use_sim_time')
+    if clock > WALL_CLOCK_EPOCH > stamp:
+        return ('the stamps are simulated time while the clock is the wall: set '
+                "use_sim_time: true and bridge the simulator's /clock")
+    return 'stamp with the clock the simulator publishes on /clock'
