@@ -11,6 +11,9 @@ import threading
 import time
 from typing import List, Optional
 
+from ardupilot_json_bridge.checks.conventions import ConventionChecker
+from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
+from ardupilot_json_bridge.checks.verdicts import format_table
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
 from ardupilot_json_bridge.core.settings import GRID, SAMPLES
@@ -128,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the convention checks of a bag; 1 if any is wrong."""
-    from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, ConventionChecker, \
-        observe_imu, observe_odometry
-    from ardupilot_json_bridge.checks.verdicts import format_table, WRONG
+    from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
+        observe_odometry
+    from ardupilot_json_bridge.checks.verdicts import WRONG
     from ardupilot_json_bridge.messages.inputs import stamp_seconds
     from ardupilot_json_bridge.sources.bagfile import read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
@@ -169,25 +172,39 @@ def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
     config = load_config(args.config, args.namespace, {
         'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
     state = SensorState(replace(config.state, pacing=SAMPLES if args.rate == 0 else GRID))
+    conventions = live_checks(ConventionChecker(
+        config.inputs.imu_mounting_rpy, config.inputs.odom_twist_frame, LIVE_WINDOW))
     replay = BagReplay(ReplaySettings(bag, args.namespace, args.rate,
                                       args.loop or args.bag is None),
-                       input_routes(config, state), state)
+                       input_routes(config, state), state, checker=conventions.checker)
     link = SitlLink(config.link, state)
     log.info(f'replaying {bag} ({replay.count} messages, {replay.span:.2f} s'
              f'{", looping" if replay.settings.loop else ""}) at rate '
              f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
     threading.Thread(target=lambda: (replay.finished.wait(), stop.set()), daemon=True).start()
-    return serve(link, replay, stop)
+    return serve(link, replay, stop, conventions)
 
 
-def serve(link: SitlLink, source, stop: threading.Event) -> int:
+def live_checks(checker: ConventionChecker) -> LiveConventions:
+    """Return the live convention checks of a source, logging to the package's logger."""
+    return LiveConventions(checker, logging.getLogger('ardupilot_json_bridge'))
+
+
+def serve(link: SitlLink, source, stop: threading.Event,
+          conventions: Optional[LiveConventions] = None) -> int:
     """Run link and source until stop is set, then stop both and print the report."""
     link.start()
     source.start()
+    if conventions is not None:
+        conventions.start()
     stop.wait()
     source.stop()
     link.stop()
     print(format_report(link.stats, list(link.state.meters.values()), time.monotonic()))
+    if conventions is not None:
+        conventions.stop()
+        print(f'conventions, over the last {conventions.checker.window:g} s:\n'
+              + format_table(conventions.judge()))
     return 0
 
 
@@ -218,14 +235,17 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                           f'{", ".join(groups) or "none"})')
     vehicle = MujocoVehicle(args.model or DEFAULT_MODEL)
     state = SensorState(replace(config.state, pacing=SAMPLES))
-    source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer)
+    # The vehicle's readings are REP-103 as they are: the checks' defaults.
+    conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))
+    source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer,
+                            checker=conventions.checker)
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     logging.getLogger('ardupilot_json_bridge').info(
         f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
         f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
         f'instance {config.link.instance}')
     try:
-        return serve(link, NoSource(), stop)
+        return serve(link, NoSource(), stop, conventions)
     finally:
         source.close()
 

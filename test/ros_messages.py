@@ -5,9 +5,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ardupilot_json_bridge.sources.bagfile import typestore
+from ardupilot_json_bridge.sources.bagfile import typestore, write_bag
+import ros_motion
 
 STORES = {name: typestore(name) for name in ('humble', 'jazzy')}
+# A bridge's clock when a message arrives, and a recorder's log time: its stamp plus this (s).
+LATENCY = 0.002
 
 
 def float32_array(values: Sequence[float]) -> np.ndarray:
@@ -104,3 +107,23 @@ def joy(store: Any, stamp: float, axes: Sequence[float], buttons: Sequence[int])
 
 def float64(store: Any, value: float) -> Any:
     return store.types['std_msgs/msg/Float64'](data=value)
+
+
+def write_stream_bag(path: Any, stream: ros_motion.Stream, stamp_offset: float = 0.0) -> None:
+    """
+    Write a ros_motion stream as a recorder would: logged on arrival, /clock at 100 Hz beside it.
+
+    stamp_offset moves the header stamps only, as a simulator stamping on another clock.
+    """
+    store = STORES['jazzy']
+    messages = [('/uav1/imu', 'sensor_msgs/msg/Imu', round((t + LATENCY) * 1e9),
+                 imu(store, t + stamp_offset, gyro, accel))
+                for t, gyro, accel in ros_motion.imu_samples(stream)]
+    messages += [('/uav1/odom', 'nav_msgs/msg/Odometry', round((t + LATENCY) * 1e9),
+                  odometry(store, t + stamp_offset, position, orientation, linear))
+                 for t, position, orientation, linear in ros_motion.odometry_samples(stream)]
+    messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(k / 100 * 1e9),
+                  clock(store, k / 100))
+                 for k in range(int(stream.seconds * 100))]
+    messages.sort(key=lambda m: m[2])
+    write_bag(str(path), messages, store)

@@ -20,7 +20,6 @@ from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.checks.live import LiveConventions
 from ardupilot_json_bridge.checks.verdicts import Check, format_table, OK, UNDECIDED, WRONG
-from ardupilot_json_bridge.sources.bagfile import write_bag as write_bag_file
 import ros_messages
 import ros_motion
 
@@ -42,8 +41,7 @@ PARAMETER_FIXES = {'frd_imu': {'imu_mounting_rpy': (180.0, 0.0, 0.0)},
                    'world_twist': {'odom_twist_frame': 'world'}}
 
 
-# The bridge's clock when an IMU message arrives: its stamp plus this latency (s).
-LATENCY = 0.002
+LATENCY = ros_messages.LATENCY
 
 
 def judged(stream: ros_motion.Stream, **parameters) -> List[Check]:
@@ -164,26 +162,6 @@ def test_stamps_that_go_back_are_wrong():
     assert 'time: imu stamps' in wrong(checker.checks())
 
 
-def write_bag(path, stream: ros_motion.Stream, stamp_offset: float = 0.0) -> None:
-    """
-    Write the stream as a recorder would: logged on arrival, /clock at 100 Hz beside it.
-
-    stamp_offset moves the header stamps only, as a simulator stamping on another clock.
-    """
-    store = ros_messages.STORES['jazzy']
-    messages = [('/uav1/imu', 'sensor_msgs/msg/Imu', round((t + LATENCY) * 1e9),
-                 ros_messages.imu(store, t + stamp_offset, gyro, accel))
-                for t, gyro, accel in ros_motion.imu_samples(stream)]
-    messages += [('/uav1/odom', 'nav_msgs/msg/Odometry', round((t + LATENCY) * 1e9),
-                  ros_messages.odometry(store, t + stamp_offset, position, orientation, linear))
-                 for t, position, orientation, linear in ros_motion.odometry_samples(stream)]
-    messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(k / 100 * 1e9),
-                  ros_messages.clock(store, k / 100))
-                 for k in range(int(stream.seconds * 100))]
-    messages.sort(key=lambda m: m[2])
-    write_bag_file(str(path), messages, store)
-
-
 def check_command(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'check',
                            *arguments], capture_output=True, text=True, timeout=120)
@@ -191,7 +169,7 @@ def check_command(*arguments: str) -> subprocess.CompletedProcess:
 
 def test_check_command_names_the_fix_and_exits_1_until_it_is_applied(tmp_path):
     bag = tmp_path / 'frd_imu'
-    write_bag(bag, ros_motion.Stream(faults=('frd_imu',), seconds=6.0))
+    ros_messages.write_stream_bag(bag, ros_motion.Stream(faults=('frd_imu',), seconds=6.0))
     result = check_command(str(bag), '--namespace', 'uav1')
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'imu_mounting_rpy: [180.0, 0.0, 0.0]' in result.stdout
@@ -205,7 +183,7 @@ def test_check_command_names_the_fix_and_exits_1_until_it_is_applied(tmp_path):
 
 def test_check_command_names_wall_clock_stamps_against_a_simulated_clock(tmp_path):
     bag = tmp_path / 'wall_stamps'
-    write_bag(bag, ros_motion.Stream(seconds=6.0), stamp_offset=1.7e9)
+    ros_messages.write_stream_bag(bag, ros_motion.Stream(seconds=6.0), stamp_offset=1.7e9)
     result = check_command(str(bag), '--namespace', 'uav1')
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'wall-clock time while the clock is simulated' in result.stdout

@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
+from ardupilot_json_bridge.checks.conventions import ConventionChecker  # noqa: E402
+from ardupilot_json_bridge.checks.verdicts import format_table, OK, WRONG  # noqa: E402
 from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
@@ -59,7 +61,8 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
     config = load_config(default_preset(), '', {})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
-    source = MujocoLockStep(vehicle, state, config.outputs[0])
+    checker = ConventionChecker(window=10.0)
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker)
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
                     on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
@@ -74,10 +77,17 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
         # Full power for 0.5 s: climbing (NED down velocity negative), level.
         ground = replies[0]['position'][2]
         assert replies[-1]['velocity'][2] < -1.0 and replies[-1]['position'][2] < ground - 0.2
+        # The live checks saw the climb as a ROS simulator would publish it.
+        checks = {c.name: c for c in checker.checks()}
+        assert checks['gravity'].verdict == OK, format_table(checks.values())
+        assert not [c for c in checks.values() if c.verdict == WRONG], format_table(
+            checks.values())
         peer.frame_count = 0
         reply = peer.step(pwm=[1000] * 4 + [0] * 12)
         assert reply['timestamp'] == 0.0
         assert reply['position'][2] == pytest.approx(ground, abs=0.01)
+        (restarted,) = checker.checks()  # the flight before the restart is forgotten
+        assert restarted.measured.startswith('1 IMU and 1 odometry'), restarted
     finally:
         peer.close()
         link.stop()
@@ -90,7 +100,8 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
     config = load_config(default_preset(), '', {'port': 0, 'instance': 3})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
-    source = MujocoLockStep(vehicle, state, config.outputs[0])
+    checker = ConventionChecker(window=10.0)
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker)
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     start = vehicle.state().position[2]
@@ -106,6 +117,9 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
     assert record.worst_hover_error(5.0) < 0.5, record.hover
     assert record.worst_truth_error() < 0.5, record.hover
     assert record.landed, record.texts
+    checks = checker.checks()
+    print(f"\nconventions over the flight's last 10 s:\n{format_table(checks)}")
+    assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
     print(f'lock-step flight: {vehicle.time:.1f} s of physics in {record.wall_seconds:.1f} s; '
           f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
           f'{record.worst_truth_error():.3f} m')

@@ -13,6 +13,8 @@ import pytest
 from ardupilot_json_bridge.core.frames import quaternion_to_euler
 from ardupilot_json_bridge.sources.sample_bag import SteadyMotion, write_motion_bag
 from conftest import free_udp_port, reaped
+import ros_messages
+import ros_motion
 from sitl_peer import parse_reply, SitlPeer
 
 MOTION = SteadyMotion(position=(10.0, 20.0, 5.0), velocity=(1.0, 2.0, 0.5), yaw=0.3,
@@ -179,6 +181,34 @@ def test_runner_without_a_bag_serves_the_sample_until_stopped(run):
         peer.close()
     assert process.returncode == 0
     assert 'replied 51' in output
+
+
+def test_lock_step_replay_names_a_convention_fault_with_its_fix(run, tmp_path):
+    bag = tmp_path / 'frd_imu'
+    ros_messages.write_stream_bag(bag, ros_motion.Stream(faults=('frd_imu',), seconds=5.0))
+    replies, output, errors = lock_step_replay(run, str(bag), '--namespace', 'uav1')
+    assert len(replies) == 5000, errors
+    assert ('conventions: imu mounting is wrong' in errors
+            and 'fix: imu_mounting_rpy: [180.0, 0.0, 0.0]' in errors), errors
+    table = output.split('conventions, over the last')[1]
+    assert [line.split('  ')[0] for line in table.splitlines() if '  wrong  ' in line] \
+        == ['imu mounting'], table
+
+
+def test_a_looping_replay_starts_its_checks_over_each_loop(run):
+    port = free_udp_port()
+    process = run('--port', str(port), '--rate', '0')  # the 2 s sample bag, looping
+    peer = SitlPeer(port)
+    try:
+        first_reply(peer, process)
+        for _ in range(3000):
+            peer.step()
+        process.send_signal(signal.SIGINT)
+        output, errors = process.communicate(timeout=10)
+    finally:
+        peer.close()
+    table = output.split('conventions, over the last')[1]
+    assert 'time: imu stamps' in table and 'wrong' not in table, table
 
 
 def test_runner_explains_a_bag_without_the_topics(run, tmp_path):

@@ -68,6 +68,13 @@ class ConventionChecker:
             self._odometry.append((stamp, *position, *orientation_xyzw, *linear))
             self._trim(self._odometry)
 
+    def clear(self) -> None:
+        """Forget every sample: the simulator started over (a restart, a replay's loop)."""
+        with self._lock:
+            self._imu.clear()
+            self._odometry.clear()
+            self._clock.clear()
+
     def add_clock(self, stamp: float, clock: float) -> None:
         """Add a message's stamp and the bridge's clock (s) when the message arrived."""
         with self._lock:

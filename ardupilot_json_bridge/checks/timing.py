@@ -175,7 +175,7 @@ def clock_check(pairs: np.ndarray) -> Check:
     """Judge (message stamp, clock on receipt) pairs: are stamps on the bridge's clock."""
     name = 'time: stamps against the clock'
     if len(pairs) == 0:
-        return Check(name, UNDECIDED, 'no clock readings (a bag without /clock)')
+        return Check(name, UNDECIDED, "no clock readings: the node's clock or a bag's /clock")
     stamp, clock = (float(v) for v in np.median(pairs, axis=0))
     lag = float(np.median(pairs[:, 1] - pairs[:, 0]))
     measured = f'stamps {stamp:.3f} s, clock {clock:.3f} s on receipt (median)'

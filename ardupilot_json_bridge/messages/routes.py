@@ -3,6 +3,8 @@
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional
 
+from ardupilot_json_bridge.checks.conventions import ConventionChecker, observe_imu, \
+    observe_odometry
 from ardupilot_json_bridge.config import BridgeConfig, LASER_SCAN
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.samples import InvalidSample
@@ -18,6 +20,9 @@ WIND_TYPE = 'geometry_msgs/msg/Vector3Stamped'
 AIRSPEED_TYPE = 'std_msgs/msg/Float64'
 BATTERY_TYPE = 'sensor_msgs/msg/BatteryState'
 RC_TYPE = 'sensor_msgs/msg/Joy'
+# What a convention checker reads of each type: (checker, message, stamp).
+CONVENTION_OBSERVERS: Dict[str, Callable[[ConventionChecker, Any, float], None]] = {
+    IMU_TYPE: observe_imu, ODOMETRY_TYPE: observe_odometry}
 # The fast topics, which the node takes serialized and the link process decodes.
 SERIALIZED_DECODERS: Dict[str, Callable[[bytes], Any]] = {
     IMU_TYPE: cdr.decode_imu, ODOMETRY_TYPE: cdr.decode_odometry}

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Optional, Tuple
 
+from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
@@ -39,9 +40,12 @@ class MujocoLockStep:
     """Steps a vehicle once per SITL frame and pushes what its sensors read."""
 
     def __init__(self, vehicle: MujocoVehicle, state: SensorState, group: OutputGroup,
-                 viewer: bool = False, logger: Optional[logging.Logger] = None) -> None:
+                 viewer: bool = False, logger: Optional[logging.Logger] = None,
+                 checker: Optional[ConventionChecker] = None) -> None:
         self.vehicle = vehicle
         self.state = state
+        # Sees what the sensors read, in ROS conventions (the live convention checks).
+        self.checker = checker
         self.group = group
         self.mapper = ActuatorMapper([group])
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
@@ -68,14 +72,21 @@ class MujocoLockStep:
                 self._viewer.sync()
 
     def push(self) -> None:
-        imu, odometry = vehicle_samples(self.vehicle.state())
+        reading = self.vehicle.state()
+        imu, odometry = vehicle_samples(reading)
         self.state.push_odometry(odometry)
         self.state.push_imu(imu)
+        if self.checker is not None:
+            self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
+            self.checker.add_odometry(reading.time, reading.position, reading.orientation,
+                                      reading.body_velocity)
 
     def on_restart(self) -> None:
         """SITL started again: the vehicle back on the ground, rotors stopped."""
         self.vehicle.reset()
         self.mapper = ActuatorMapper([self.group])
+        if self.checker is not None:
+            self.checker.clear()
         self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')
 
     def close(self) -> None:

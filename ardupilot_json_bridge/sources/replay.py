@@ -15,10 +15,11 @@ import threading
 import time
 from typing import Deque, Dict, List, Optional
 
+from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.messages.inputs import stamp_seconds
-from ardupilot_json_bridge.messages.routes import deliver, InputRoute
+from ardupilot_json_bridge.messages.routes import CONVENTION_OBSERVERS, deliver, InputRoute
 from ardupilot_json_bridge.sources.bagfile import (
     bag_span, bag_topics, BagError, BagMessage, read_messages)
 
@@ -50,12 +51,15 @@ class BagReplay:
     """Feeds a SensorState from a bag in a thread of its own."""
 
     def __init__(self, settings: ReplaySettings, routes: List[InputRoute], state: SensorState,
-                 logger: Optional[logging.Logger] = None) -> None:
+                 logger: Optional[logging.Logger] = None,
+                 checker: Optional[ConventionChecker] = None) -> None:
         if settings.rate < 0.0:
             raise BagError(f'--rate must be 0 (as fast as SITL asks) or positive, not '
                            f'{settings.rate}')
         self.settings = settings
         self.state = state
+        # Sees the IMU and odometry as recorded (the live convention checks), if given.
+        self.checker = checker
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.replay')
         self.warnings = RateLimitedLog(self.logger)
         self.routes: Dict[str, InputRoute] = {
@@ -145,6 +149,8 @@ class BagReplay:
                     self.state.wait_until_served(END_WAIT)
                 return
             offset += self.span + (self.primary_step or 1e-3)
+            if self.checker is not None:
+                self.checker.clear()  # the recording starts over: its stamps go back
 
     def _deliver(self, message: BagMessage, offset: float) -> bool:
         """
@@ -171,8 +177,12 @@ class BagReplay:
             if self._previous_primary is not None and stamp > self._previous_primary:
                 self.primary_step = stamp - self._previous_primary
             self._previous_primary = stamp
-        deliver(self.routes[message.topic], message.message, log_time + self._log_to_stamp,
-                self.state, self.warnings, offset)
+        route = self.routes[message.topic]
+        deliver(route, message.message, log_time + self._log_to_stamp, self.state,
+                self.warnings, offset)
+        observe = CONVENTION_OBSERVERS.get(route.msgtype)
+        if self.checker is not None and observe is not None:
+            observe(self.checker, message.message, stamp_seconds(message.message.header))
         self.delivered += 1
         return True
 
