@@ -120,7 +120,7 @@ class ConventionChecker:
         rates = motion.body_rates(motion.orientation)
         body_gyro = None if self._fitted_mounting is None else gyro @ self._fitted_mounting.T
         return [timing.imu_rate_check(imu[:, 0], gyro), timing.odometry_rate_check(motion),
-                timing.offset_check(imu[:, 0], body_gyro, motion, rates, rms(rates)),
+                timing.offset_check(imu[:, 0], body_gyro, motion, rms(rates)),
                 timing.clock_check(clock)]
 
     @staticmethod

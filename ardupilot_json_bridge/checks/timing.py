@@ -11,7 +11,7 @@ guessed from the rate alone.
 """
 
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,9 +26,13 @@ VEHICLE_LOOP_RATE = 400.0
 MAX_GYRO_INTERPOLATION = 0.05
 MAX_ATTITUDE_INTERPOLATION = 0.5
 MAX_POSITION_INTERPOLATION = 0.05
-# IMU-to-odometry offsets searched (s), the coarse step (s), and the fit needed to decide.
+# IMU-to-odometry offsets searched (s), the coarse and fine steps (s), the odometry
+# intervals compared (s, at most how many), and the fit needed to decide.
 MAX_OFFSET = 0.25
-OFFSET_STEP = 0.0025
+COARSE_STEP = 0.01
+FINE_STEP = 0.001
+OFFSET_INTERVAL = 0.02
+OFFSET_STEPS = 500
 OFFSET_FIT = 0.3
 # Stamps further than this from the clock (s) are on another clock altogether.
 OTHER_CLOCK = 1000.0
@@ -110,45 +114,65 @@ def odometry_rate_check(motion: Motion) -> Check:
     return Check('time: odometry rate', OK, measured)
 
 
-def offset_residuals(imu_stamps: np.ndarray, gyro: np.ndarray, motion: Motion,
-                     rates: np.ndarray, lags: np.ndarray) -> np.ndarray:
+def offset_intervals(motion: Motion) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
-    Return the RMS of the gyro's mean over odometry steps, lag s later, minus their rates.
+    Return (starts, ends, mean body rates) of odometry intervals of about OFFSET_INTERVAL.
 
-    Means of the integrated gyro, not samples: a sample read where it falls on a grid point
-    keeps its full noise while one between two is averaged, which would favour some lags.
+    Intervals of many IMU samples: one of a sample or two would keep the noise of the
+    samples it happens to cover, which favours lags that line the grids up.
     """
+    span = max(1, int(round(OFFSET_INTERVAL * median_rate(motion.stamps))))
+    first = np.arange(0, len(motion.stamps) - span)
+    first = first[::max(1, len(first) // OFFSET_STEPS)]
+    last = first + span
+    turns = rotation_vectors(relative_rotations(motion.rotations[first],
+                                                motion.rotations[last]))
+    starts, ends = motion.stamps[first], motion.stamps[last]
+    return starts, ends, turns / (ends - starts)[:, None]
+
+
+def offset_residuals(imu_stamps: np.ndarray, gyro: np.ndarray,
+                     intervals: Tuple[np.ndarray, np.ndarray, np.ndarray],
+                     lags: np.ndarray) -> np.ndarray:
+    """Return the RMS of the gyro's mean over each interval, lag s later, minus its rate."""
     steps = np.diff(imu_stamps)[:, None]
     integral = np.concatenate([np.zeros((1, 3)),
                                np.cumsum(0.5 * (gyro[1:] + gyro[:-1]) * steps, axis=0)])
-    starts, ends = motion.stamps[:-1], motion.stamps[1:]
-    inside = (starts + lags[0] >= imu_stamps[0]) & (ends + lags[-1] <= imu_stamps[-1])
-    starts, ends, target = starts[inside], ends[inside], rates[inside]
-    span = (ends - starts)[:, None]
-    return np.array([rms((interpolated(imu_stamps, integral, ends + lag)
-                          - interpolated(imu_stamps, integral, starts + lag)) / span - target)
-                     for lag in lags])
+    starts, ends, rates = intervals
+    inside = (starts + lags.min() >= imu_stamps[0]) & (ends + lags.max() <= imu_stamps[-1])
+    starts, ends, rates = starts[inside], ends[inside], rates[inside]
+    shifted_starts = (starts[None, :] + lags[:, None]).ravel()
+    shifted_ends = (ends[None, :] + lags[:, None]).ravel()
+    means = ((interpolated(imu_stamps, integral, shifted_ends)
+              - interpolated(imu_stamps, integral, shifted_starts))
+             / np.tile(ends - starts, len(lags))[:, None])
+    errors = (means.reshape(len(lags), len(starts), 3) - rates[None]) ** 2
+    return np.sqrt(errors.sum(axis=2).mean(axis=1))
 
 
-def offset_check(imu_stamps: np.ndarray, gyro: Optional[np.ndarray],
-                 motion: Motion, rates: np.ndarray, rotation: float) -> Check:
+def offset_check(imu_stamps: np.ndarray, gyro: Optional[np.ndarray], motion: Motion,
+                 rotation: float) -> Check:
     """
     Find the time offset between IMU and odometry by sliding the gyro along the attitude rates.
 
-    gyro is in rad/s in the body frame (mounting applied), None when no mounting fits.
+    gyro is in rad/s in the body frame (mounting applied), None when no mounting fits. A
+    coarse search over +-MAX_OFFSET, then a fine one around its best, then a parabola.
     """
     name = 'time: imu to odometry'
     if gyro is None:
         return Check(name, UNDECIDED, 'needs rotation that the gyro and the attitude agree on')
     if imu_stamps[-1] - imu_stamps[0] < 4 * MAX_OFFSET:
         return Check(name, UNDECIDED, 'needs a longer window')
-    coarse = np.arange(-MAX_OFFSET, MAX_OFFSET + OFFSET_STEP / 2, OFFSET_STEP)
-    residuals = offset_residuals(imu_stamps, gyro, motion, rates, coarse)
-    best = int(np.argmin(residuals))
+    intervals = offset_intervals(motion)
+    coarse = np.arange(-MAX_OFFSET, MAX_OFFSET + COARSE_STEP / 2, COARSE_STEP)
+    best = int(np.argmin(offset_residuals(imu_stamps, gyro, intervals, coarse)))
     if best in (0, len(coarse) - 1):
         return Check(name, UNDECIDED, f'best fit at the edge of +-{MAX_OFFSET * 1e3:.0f} ms')
+    fine = coarse[best] + np.arange(-COARSE_STEP, COARSE_STEP + FINE_STEP / 2, FINE_STEP)
+    residuals = offset_residuals(imu_stamps, gyro, intervals, fine)
+    best = min(max(int(np.argmin(residuals)), 1), len(fine) - 2)
     # The mean square is a parabola in the lag (the RMS a hyperbola): its vertex is unbiased.
-    offset = coarse[best] + parabola_vertex(residuals[best - 1:best + 2] ** 2) * OFFSET_STEP
+    offset = fine[best] + parabola_vertex(residuals[best - 1:best + 2] ** 2) * FINE_STEP
     fit = float(residuals[best]) / rotation
     step = 1.0 / min(median_rate(imu_stamps), median_rate(motion.stamps))
     measured = (f'the gyro matches the attitude rates best {abs(offset) * 1e3:.1f} ms '
