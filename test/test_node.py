@@ -150,7 +150,9 @@ def test_node_publishes_commands_reliably(harness):
     frame_pwm = [1000, 1000, 2000] + [0] * 13
     try:
         deadline, stamp = time.monotonic() + 10.0, 100.0
-        while not received and time.monotonic() < deadline:
+        # Both topics: the commands are published before the raw PWM, and a callback of one
+        # can run before the other's arrives.
+        while not (received and pwm) and time.monotonic() < deadline:
             stamp += 0.01
             harness.publish_motion('rover', stamp, 0.0)
             peer.send(pwm=frame_pwm)
