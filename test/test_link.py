@@ -187,6 +187,22 @@ def test_malformed_datagrams_are_counted_and_explained(make_link, make_peer, cap
     assert peer.step()['timestamp'] == 0.0
 
 
+def test_a_flood_of_bad_datagrams_is_one_line_per_kind_without_tracebacks(
+        make_link, make_peer, caplog):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    kinds = [b'\n{"timestamp":0}\n', encode_servo_packet(0, [1500] * 16)[:30], b'\x00' * 7]
+    with caplog.at_level(logging.DEBUG, logger=link.logger.name):
+        for round_ in range(1, 101):
+            for data in kinds:
+                peer.send_raw(data)
+            # Paced: a burst beyond the socket's buffer would be dropped on a busy machine.
+            assert wait_for(lambda: link.stats.rejected == 3 * round_)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 1 <= len(warnings) <= len(kinds), [r.getMessage() for r in warnings]
+    assert all(r.exc_info is None and '\n' not in r.getMessage() for r in warnings)
+
+
 def test_port_in_use_names_port_instance_and_holder():
     port = free_udp_port()
     holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
