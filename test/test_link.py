@@ -9,7 +9,7 @@ import pytest
 
 from ardupilot_json_bridge.core.protocol import encode_servo_packet
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.core.settings import LinkSettings, sitl_port, StateSettings
+from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from conftest import free_udp_port
@@ -107,6 +107,25 @@ def test_unanswered_retry_is_answered_when_data_arrives(make_link, make_peer, ca
     assert peer.receive() is not None
     assert wait_for(lambda: (link.stats.unanswered, link.stats.replied) == (1, 1))
     assert len(frames) == 1
+
+
+def test_on_the_grid_the_first_reply_is_time_zero_however_long_it_waited(make_link, make_peer):
+    # IMU from 0 s, odometry only from 0.6 s (its subscription matched later): the first frames
+    # cannot be answered, and the first reply, at the newest IMU stamp, must still be time 0.
+    link = make_link(StateSettings(pacing=GRID, max_backlog=0.05), fresh_timeout=0.05)
+    peer = make_peer(link.address[1])
+    for k in range(150):
+        link.state.push_imu(ImuSample(k * 0.004, (0.0, 0.0, 0.0), (0.0, 0.0, -9.80665)))
+        if k % 10 == 0:
+            peer.send(frame_count=0)
+            assert peer.receive(0.1) is None
+    for k in range(150, 160):
+        feed(link, k * 0.004)
+    assert peer.step()['timestamp'] == 0.0
+    for k in range(160, 170):
+        feed(link, k * 0.004)
+    assert [peer.step()['timestamp'] * 1200 for _ in range(3)] == pytest.approx([1, 2, 3])
+    assert link.stats.skipped == 0
 
 
 def test_waits_for_fresh_physics_rather_than_repeating_a_timestamp(make_link, make_peer):
