@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="open MuJoCo's passive viewer (needs a display)")
     engine.add_argument('--group', default='motors',
                         help='output group of the preset that drives the rotors (motors)')
+    engine.add_argument('--record', metavar='BAG',
+                        help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
+                             'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
     _add_link_arguments(engine)
     fdm = commands.add_parser(
         'fdmdata', help='serve SITL from an FDMData (Huginn) flight simulator',
@@ -221,7 +224,9 @@ def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
 
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
+    from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.sources.replay import resolve_topic
     from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
     preset = args.config or default_preset()
     if preset is None:
@@ -237,14 +242,17 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     state = SensorState(replace(config.state, pacing=SAMPLES))
     # The vehicle's readings are REP-103 as they are: the checks' defaults.
     conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))
+    recorder = (FlightRecorder(args.record, resolve_topic('', groups[args.group].topic))
+                if args.record else None)
     source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer,
-                            checker=conventions.checker)
-    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
-    logging.getLogger('ardupilot_json_bridge').info(
-        f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
-        f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
-        f'instance {config.link.instance}')
+                            checker=conventions.checker, recorder=recorder)
     try:
+        link = SitlLink(config.link, state, on_frame=source.on_frame,
+                        on_restart=source.on_restart)
+        logging.getLogger('ardupilot_json_bridge').info(
+            f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
+            f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
+            f'instance {config.link.instance}')
         return serve(link, NoSource(), stop, conventions)
     finally:
         source.close()

@@ -13,7 +13,9 @@ Every figure is printed with a ratio against its baseline, since these machines 
 3. fleet: 1, 4 and 8 links in this process, each driven at 1200 Hz by its own client process;
    achieved rate per link and this process's CPU;
 4. conversions: ROS messages to samples, against copying their fields;
-5. idle: CPU of a link with no SITL, against this process asleep.
+5. idle: CPU of a link with no SITL, against this process asleep;
+6. MuJoCo lock-step (with mujoco installed): a frame of the quad X with the live checks and
+   with a flight recording, against the frame alone; the recording's CPU in its own thread.
 """
 
 import argparse
@@ -263,11 +265,11 @@ def conversions(count: int) -> Dict[str, float]:
     from ardupilot_json_bridge.messages import inputs
     from ardupilot_json_bridge.sources.bagfile import typestore
     from ardupilot_json_bridge.sources.sample_bag import (
-        imu_message, odometry_message, SteadyMotion)
+        motion_imu_message, motion_odometry_message, SteadyMotion)
     store = typestore('jazzy')
     motion = SteadyMotion(velocity=(1.0, 2.0, 0.5), yaw_rate=0.1)
-    odometry = odometry_message(store, motion, 1.0, 1.0)
-    imu = imu_message(store, motion, 1.0, 1.0)
+    odometry = motion_odometry_message(store, motion, 1.0, 1.0)
+    imu = motion_imu_message(store, motion, 1.0, 1.0)
     mounting = inputs.imu_mounting(0, 0, 0)
     figures = {}
     for name, function in (
@@ -315,6 +317,33 @@ def fleet(sizes: List[int], seconds: float) -> List[Dict[str, float]]:
                      statistics.mean(rates), 'bridge_cpu_percent': cpu / wall * 100,
                      'p99_us': max(percentile(r['latencies'], 0.99) for r in outcome) * 1e6})
     return rows
+
+
+def mujoco_lock_step(frames: int, folder: str) -> Dict[str, float]:
+    """Per-frame time of the MuJoCo lock-step: plain, with the live checks, recording."""
+    from ardupilot_json_bridge.checks.conventions import ConventionChecker
+    from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
+    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle
+    packets = [encode_servo_packet(i, [1550] * 4 + [1000] * 12) for i in range(frames)]
+    figures = {}
+    for name in ('plain', 'checks', 'recording'):
+        state = SensorState(LOCK_STEP)
+        recorder = FlightRecorder(os.path.join(folder, 'flight')) if name == 'recording' else None
+        source = MujocoLockStep(MujocoVehicle(), state, MOTORS.groups[0], recorder=recorder,
+                                checker=ConventionChecker() if name == 'checks' else None)
+        link = SitlLink(LinkSettings(port=free_port()), state, on_frame=source.on_frame)
+        link.logger.disabled = True
+        link._sock.close()
+        link._sock = NullSocket()
+        start, cpu = time.perf_counter(), time.process_time()
+        for packet in packets:
+            link.handle_datagram(packet, ('127.0.0.1', 40000))
+        figures[f'{name}_us'] = (time.perf_counter() - start) / frames * 1e6
+        source.close()
+        figures[f'{name}_cpu_us'] = (time.process_time() - cpu) / frames * 1e6
+        assert link.stats.replied == frames, link.stats.summary()
+    return figures
 
 
 def verdict(ok: bool) -> str:
@@ -374,10 +403,29 @@ def main() -> int:
     print(f'   link {quiet["idle_link_cpu_percent"]:.3f} % of a core; process asleep '
           f'{quiet["asleep_cpu_percent"]:.3f} % (target < 1 %: '
           f'{verdict(quiet["idle_link_cpu_percent"] < 1.0)})')
+    engine = {}
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        print('\nMuJoCo lock-step: skipped (pip install mujoco)')
+    else:
+        import tempfile
+        with tempfile.TemporaryDirectory() as folder:
+            engine = mujoco_lock_step(1200 if args.quick else 12000, folder)
+        plain = engine['plain_us']
+        print('\nMuJoCo lock-step frame (step the quad X, push, answer; socket excluded)')
+        print(f'   plain      {plain:6.1f} us')
+        print(f'   checks     {engine["checks_us"]:6.1f} us = {engine["checks_us"] / plain:.2f} x '
+              'plain')
+        print(f'   recording  {engine["recording_us"]:6.1f} us = '
+              f'{engine["recording_us"] / plain:.2f} x plain on the frame path; all CPU with '
+              f'the bag written {engine["recording_cpu_us"]:.1f} us = '
+              f'{engine["recording_cpu_us"] / engine["plain_cpu_us"]:.2f} x plain')
     if args.json:
         with open(args.json, 'w') as output:
             json.dump({'round_trip': trip, 'per_frame': work, 'fleet': rows,
-                       'conversions': convert, 'idle': quiet}, output, indent=2)
+                       'conversions': convert, 'idle': quiet, 'mujoco': engine}, output,
+                      indent=2)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The MuJoCo engine: the quad X's physics signs, lock-step serving, and real ArduCopter."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -9,16 +10,22 @@ pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujo
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker  # noqa: E402
 from ardupilot_json_bridge.checks.verdicts import format_table, OK, WRONG  # noqa: E402
-from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
+from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa: E402
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
+try:
+    import rosbags  # noqa: F401
+    HAVE_ROSBAGS = True
+except ImportError:
+    HAVE_ROSBAGS = False
 HOVER_SPEED = math.sqrt(1.21 * 9.80665 / 4 / 1.6758e-5)
 
 
@@ -93,15 +100,110 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
         link.stop()
 
 
+def motor_command(pwm: float) -> float:
+    """config/quad_x.yaml's scaling, by hand: 1100-1900 us to 0-838 rad/s."""
+    return (pwm - 1100.0) / 800.0 * 838.0
+
+
+def read_bag(path) -> dict:
+    """Topic -> (type, [(log time ns, message)]), read with rosbags itself."""
+    from pathlib import Path
+
+    from rosbags.highlevel import AnyReader
+    topics = {}
+    with AnyReader([Path(path)]) as reader:
+        for connection, log_time, raw in reader.messages():
+            entry = topics.setdefault(connection.topic, (connection.msgtype, []))
+            entry[1].append((log_time, reader.deserialize(raw, connection.msgtype)))
+    return topics
+
+
+def test_a_recorded_lock_step_flight_is_a_bag_of_ros_topics_that_check_accepts(
+        tmp_path, capsys):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    config = load_config(default_preset(), '', {})
+    vehicle = MujocoVehicle()
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    recorder = FlightRecorder(str(tmp_path / 'flight'))
+    source = MujocoLockStep(vehicle, state, config.outputs[0], recorder=recorder)
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    # Climb, then roll, pitch and yaw together: front right and back left rotors slower.
+    pwms = [[1700] * 4] * 600 + [[1620, 1700, 1700, 1620]] * 900
+    try:
+        for pwm in pwms:
+            peer.step(pwm=pwm + [0] * 12)
+    finally:
+        peer.close()
+        link.stop()
+        source.close()
+    final = vehicle.state()
+    topics = read_bag(tmp_path / 'flight')
+    assert {topic: msgtype for topic, (msgtype, _) in topics.items()} == {
+        '/clock': 'rosgraph_msgs/msg/Clock', '/imu': 'sensor_msgs/msg/Imu',
+        '/odom': 'nav_msgs/msg/Odometry', '/servo_pwm': 'std_msgs/msg/UInt16MultiArray',
+        '/command/motor_speed': 'std_msgs/msg/Float64MultiArray'}
+    imus = [message for _, message in topics['/imu'][1]]
+    odometry = [message for _, message in topics['/odom'][1]]
+    assert len(imus) == len(topics['/clock'][1]) == len(topics['/servo_pwm'][1]) == 1500
+    assert len(odometry) == 375                         # every fourth frame
+    # Frame k ends at k / 1200 s of physics: stamps, clocks and log times agree.
+    for k, ((log_time, imu), (_, clock)) in enumerate(zip(topics['/imu'][1],
+                                                          topics['/clock'][1]), start=1):
+        expected = round(k * 1e9 / 1200)
+        assert log_time == expected
+        assert imu.header.stamp.sec * 10**9 + imu.header.stamp.nanosec == expected
+        assert clock.clock.sec * 10**9 + clock.clock.nanosec == expected
+    pwm_values = [list(message.data) for _, message in topics['/servo_pwm'][1]]
+    assert [values[:4] for values in pwm_values] == pwms
+    commands = [list(message.data) for _, message in topics['/command/motor_speed'][1]]
+    assert commands[-1] == pytest.approx([motor_command(pwm) for pwm in pwms[-1]])
+    last = imus[-1]
+    assert (last.linear_acceleration.x, last.linear_acceleration.y,
+            last.linear_acceleration.z) == pytest.approx(final.specific_force)
+    # ENU: the climb is up, z growing.
+    assert odometry[-1].pose.pose.position.z > odometry[0].pose.pose.position.z + 0.2
+    capsys.readouterr()
+    assert main(['check', str(tmp_path / 'flight')]) == 0
+    table = capsys.readouterr().out
+    verdicts = [re.split(r'\s{2,}', line)[1] for line in table.splitlines()[1:]]
+    assert len(verdicts) == 12 and set(verdicts) == {'ok'}, table
+
+
+def test_a_recording_that_cannot_be_written_says_so_and_the_flight_goes_on(tmp_path, caplog):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    (tmp_path / 'a_file').write_text('')
+    recorder = FlightRecorder(str(tmp_path / 'a_file' / 'flight'))
+    vehicle = MujocoVehicle()
+    for _ in range(300):
+        vehicle.advance(1 / 1200)
+        recorder.add(vehicle.state(), [1500] * 16, [400.0] * 4)
+    recorder.close()
+    assert recorder.failed and f'recording to {tmp_path}/a_file/flight stopped' in caplog.text
+    assert 'recorded' not in caplog.text
+
+
+def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_path, caplog):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    (tmp_path / 'taken').mkdir()
+    port = free_udp_port()
+    assert main(['mujoco', '--record', str(tmp_path / 'taken'), '--port', str(port)]) == 2
+    assert 'taken exists; name a new directory for the bag' in caplog.text
+
+
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
-def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
+def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     config = load_config(default_preset(), '', {'port': 0, 'instance': 3})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     checker = ConventionChecker(window=10.0)
-    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker)
+    recording = str(tmp_path / 'flight')
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
+                            recorder=FlightRecorder(recording) if HAVE_ROSBAGS else None)
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     start = vehicle.state().position[2]
@@ -112,6 +214,7 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
             log = sitl.log()
     finally:
         link.stop()
+        source.close()
     assert record.armed and record.reached, (record.texts, log[-2000:])
     assert record.sim_seconds >= 5.0
     assert record.worst_hover_error(5.0) < 0.5, record.hover
@@ -123,3 +226,11 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step():
     print(f'lock-step flight: {vehicle.time:.1f} s of physics in {record.wall_seconds:.1f} s; '
           f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
           f'{record.worst_truth_error():.3f} m')
+    if HAVE_ROSBAGS:
+        # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
+        capsys.readouterr()
+        assert main(['check', recording]) == 0
+        table = capsys.readouterr().out
+        with capsys.disabled():
+            print(f'\nthe recorded flight, checked:\n{table}')
+        assert re.search(r'^time: stamps against the clock\s+ok', table, re.MULTILINE), table

@@ -93,7 +93,8 @@ def write_bag(path: str, messages: Iterable[Tuple[str, str, int, Any]], store: A
     """
     Write (topic, msgtype, log_time_ns, message) tuples as a rosbag2 Humble can read.
 
-    compress: zstd file compression, which ros2 bag play reads with its default plugins.
+    A message is a rosbags object, or bytes already serialized (CDR). compress: zstd file
+    compression, which ros2 bag play reads with its default plugins.
     """
     rosbags = _rosbags()
     bag = rosbags.rosbag2
@@ -106,5 +107,6 @@ def write_bag(path: str, messages: Iterable[Tuple[str, str, int, Any]], store: A
         for topic, msgtype, log_time_ns, message in messages:
             if topic not in connections:
                 connections[topic] = writer.add_connection(topic, msgtype, typestore=store)
-            writer.write(connections[topic], log_time_ns,
-                         store.serialize_cdr(message, msgtype))
+            data = message if isinstance(message, bytes) else store.serialize_cdr(message,
+                                                                                  msgtype)
+            writer.write(connections[topic], log_time_ns, data)

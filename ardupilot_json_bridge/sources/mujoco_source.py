@@ -17,6 +17,7 @@ from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
+from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle, VehicleState
 
 VIEWER_PERIOD = 1.0 / 60.0
@@ -41,11 +42,13 @@ class MujocoLockStep:
 
     def __init__(self, vehicle: MujocoVehicle, state: SensorState, group: OutputGroup,
                  viewer: bool = False, logger: Optional[logging.Logger] = None,
-                 checker: Optional[ConventionChecker] = None) -> None:
+                 checker: Optional[ConventionChecker] = None,
+                 recorder: Optional[FlightRecorder] = None) -> None:
         self.vehicle = vehicle
         self.state = state
         # Sees what the sensors read, in ROS conventions (the live convention checks).
         self.checker = checker
+        self.recorder = recorder
         self.group = group
         self.mapper = ActuatorMapper([group])
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
@@ -63,7 +66,9 @@ class MujocoLockStep:
         speeds = self.mapper.apply(packet.pwm)[self.group.name]
         self.vehicle.set_rotor_speeds(speeds)
         self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
-        self.push()
+        reading = self.push()
+        if self.recorder is not None:
+            self.recorder.add(reading, packet.pwm, speeds)
         self.frames += 1
         if self._viewer is not None:
             now = time.monotonic()
@@ -71,7 +76,8 @@ class MujocoLockStep:
                 self._viewer_synced = now
                 self._viewer.sync()
 
-    def push(self) -> None:
+    def push(self) -> VehicleState:
+        """Push what the sensors read now to the state (and the checks); return the reading."""
         reading = self.vehicle.state()
         imu, odometry = vehicle_samples(reading)
         self.state.push_odometry(odometry)
@@ -80,6 +86,7 @@ class MujocoLockStep:
             self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
             self.checker.add_odometry(reading.time, reading.position, reading.orientation,
                                       reading.body_velocity)
+        return reading
 
     def on_restart(self) -> None:
         """SITL started again: the vehicle back on the ground, rotors stopped."""
@@ -90,5 +97,8 @@ class MujocoLockStep:
         self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')
 
     def close(self) -> None:
+        """Close the viewer and finish the recording."""
         if self._viewer is not None:
             self._viewer.close()
+        if self.recorder is not None:
+            self.recorder.close()

@@ -14,11 +14,11 @@ from typing import Any, Iterator, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.core.frames import STANDARD_GRAVITY
+from ardupilot_json_bridge.sources.bag_messages import (
+    imu_message, IMU_TYPE, odometry_message, ODOMETRY_TYPE)
 from ardupilot_json_bridge.sources.bagfile import typestore, write_bag
 
 SAMPLE_BAG = os.path.join(os.path.dirname(__file__), 'data', 'resting_vehicle')
-IMU_TYPE = 'sensor_msgs/msg/Imu'
-ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 
 
 @dataclass(frozen=True)
@@ -44,50 +44,21 @@ class SteadyMotion:
         return c * vx + s * vy, -s * vx + c * vy, vz
 
 
-def _stamp(store: Any, t: float) -> Any:
-    Time = store.types['builtin_interfaces/msg/Time']
-    seconds = math.floor(t)
-    return Time(sec=int(seconds), nanosec=int(round((t - seconds) * 1e9)) % 1000000000)
+def _yaw_quaternion(yaw: float) -> Tuple[float, float, float, float]:
+    return 0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2)
 
 
-def _vector(store: Any, x: float, y: float, z: float) -> Any:
-    return store.types['geometry_msgs/msg/Vector3'](x=float(x), y=float(y), z=float(z))
-
-
-def _yaw_quaternion(store: Any, yaw: float) -> Any:
-    return store.types['geometry_msgs/msg/Quaternion'](
-        x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))
-
-
-def imu_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
+def motion_imu_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
     """Return what a level FLU IMU reads at motion time t: yaw rate, gravity's reaction."""
-    types = store.types
-    header = types['std_msgs/msg/Header'](stamp=_stamp(store, stamp), frame_id='imu_link')
-    return types[IMU_TYPE](
-        header=header, orientation=_yaw_quaternion(store, motion.pose(t)[1]),
-        orientation_covariance=np.zeros(9),
-        angular_velocity=_vector(store, 0.0, 0.0, motion.yaw_rate),
-        angular_velocity_covariance=np.zeros(9),
-        linear_acceleration=_vector(store, 0.0, 0.0, STANDARD_GRAVITY),
-        linear_acceleration_covariance=np.zeros(9))
+    return imu_message(store, stamp, _yaw_quaternion(motion.pose(t)[1]),
+                       (0.0, 0.0, motion.yaw_rate), (0.0, 0.0, STANDARD_GRAVITY))
 
 
-def odometry_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
+def motion_odometry_message(store: Any, motion: SteadyMotion, t: float, stamp: float) -> Any:
     """nav_msgs/Odometry of the motion at time t: ENU pose, twist in the body (child) frame."""
-    types = store.types
     position, yaw = motion.pose(t)
-    pose = types['geometry_msgs/msg/Pose'](
-        position=types['geometry_msgs/msg/Point'](x=position[0], y=position[1], z=position[2]),
-        orientation=_yaw_quaternion(store, yaw))
-    twist = types['geometry_msgs/msg/Twist'](
-        linear=_vector(store, *motion.body_velocity(yaw)),
-        angular=_vector(store, 0.0, 0.0, motion.yaw_rate))
-    return types[ODOMETRY_TYPE](
-        header=types['std_msgs/msg/Header'](stamp=_stamp(store, stamp), frame_id='odom'),
-        child_frame_id='base_link',
-        pose=types['geometry_msgs/msg/PoseWithCovariance'](pose=pose, covariance=np.zeros(36)),
-        twist=types['geometry_msgs/msg/TwistWithCovariance'](
-            twist=twist, covariance=np.zeros(36)))
+    return odometry_message(store, stamp, position, _yaw_quaternion(yaw),
+                            motion.body_velocity(yaw), (0.0, 0.0, motion.yaw_rate))
 
 
 def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate: float,
@@ -112,9 +83,10 @@ def motion_messages(store: Any, motion: SteadyMotion, duration: float, imu_rate:
         stamp = start + t
         log_time = int(round((stamp + delay) * 1e9))
         if kind == 'imu':
-            yield prefix + 'imu', IMU_TYPE, log_time, imu_message(store, motion, t, stamp)
+            yield prefix + 'imu', IMU_TYPE, log_time, motion_imu_message(
+                store, motion, t, stamp)
         else:
-            yield prefix + 'odom', ODOMETRY_TYPE, log_time, odometry_message(
+            yield prefix + 'odom', ODOMETRY_TYPE, log_time, motion_odometry_message(
                 store, motion, t, stamp)
 
 
