@@ -103,6 +103,40 @@ def test_clean_streams_give_no_false_alarm(phase, seed, rates, seconds):
     assert not wrong(checks), format_table(checks)
 
 
+@pytest.mark.parametrize('imu_span, odometry_span', [
+    ((0.0, 5.0), (0.0, 6.0)),         # odometry queued ahead of the IMU (a replay's read-ahead)
+    ((1.0, 6.0), (0.0, 6.0)),         # the IMU subscribed a second later
+    ((0.0, 6.0), (0.5, 5.5)),
+])
+def test_imu_and_odometry_over_different_spans_give_no_false_alarm(imu_span, odometry_span):
+    stream = ros_motion.Stream(seconds=6.0)
+    checker = ConventionChecker()
+    for sample in ros_motion.imu_samples(stream):
+        if imu_span[0] <= sample[0] <= imu_span[1]:
+            checker.add_imu(*sample)
+    for sample in ros_motion.odometry_samples(stream):
+        if odometry_span[0] <= sample[0] <= odometry_span[1]:
+            checker.add_odometry(*sample)
+    checks = checker.checks()
+    assert not wrong(checks), format_table(checks)
+    assert {c.name: c.verdict for c in checks}['imu mounting'] == OK, format_table(checks)
+
+
+def test_imu_and_odometry_that_never_overlap_are_named():
+    stream = ros_motion.Stream(seconds=6.0)
+    checker = ConventionChecker()
+    for sample in ros_motion.imu_samples(stream):
+        if sample[0] < 2.0:
+            checker.add_imu(*sample)
+    for sample in ros_motion.odometry_samples(stream):
+        if sample[0] > 3.0:
+            checker.add_odometry(*sample)
+    checks = checker.checks()
+    assert 'the same clock' in wrong(checks).get('time: imu to odometry', ''), format_table(
+        checks)
+    assert list(wrong(checks)) == ['time: imu to odometry'], format_table(checks)
+
+
 @pytest.mark.parametrize('faults, gravity', [((), OK), (('frd_imu',), WRONG),
                                              (('accel_g',), WRONG)])
 def test_at_rest_only_gravity_decides(faults, gravity):

@@ -103,6 +103,11 @@ class ConventionChecker:
         ordered = np.argsort(odometry[:, 0], kind='stable')
         odometry = odometry[ordered][np.diff(odometry[ordered, 0], prepend=-np.inf) > 0]
         imu = imu[np.argsort(imu[:, 0], kind='stable')]
+        # Judged where both are: outside, the IMU would be held at its first or last value.
+        inside = odometry[(odometry[:, 0] >= imu[0, 0]) & (odometry[:, 0] <= imu[-1, 0])]
+        if len(inside) < 20:
+            return results + [disjoint_check(imu[:, 0], odometry[:, 0])]
+        odometry = inside
         motion = Motion(odometry)
         results += self._rotation_checks(imu, motion)
         if self._w_first:
@@ -250,6 +255,15 @@ def observe_odometry(checker: ConventionChecker, msg: Any, stamp: float) -> None
     p, o = pose.position, pose.orientation
     checker.add_odometry(stamp, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w),
                          (linear.x, linear.y, linear.z))
+
+
+def disjoint_check(imu_stamps: np.ndarray, odometry_stamps: np.ndarray) -> Check:
+    """The verdict on IMU and odometry that share too little time to compare."""
+    measured = (f'IMU stamps {imu_stamps[0]:.3f} to {imu_stamps[-1]:.3f} s, odometry '
+                f'{odometry_stamps[0]:.3f} to {odometry_stamps[-1]:.3f} s: under 20 odometry '
+                'samples within the IMU\'s span')
+    return Check('time: imu to odometry', WRONG, measured,
+                 'stamp IMU and odometry with the same clock: the physics time of each sample')
 
 
 def gravity_verdict(alpha: float, gamma: float, horizontal: float,
