@@ -258,10 +258,10 @@ def observe_odometry(checker: ConventionChecker, msg: Any, stamp: float) -> None
 
 
 def disjoint_check(imu_stamps: np.ndarray, odometry_stamps: np.ndarray) -> Check:
-    """The verdict on IMU and odometry that share too little time to compare."""
+    """Return the verdict on IMU and odometry that share too little time to compare."""
     measured = (f'IMU stamps {imu_stamps[0]:.3f} to {imu_stamps[-1]:.3f} s, odometry '
                 f'{odometry_stamps[0]:.3f} to {odometry_stamps[-1]:.3f} s: under 20 odometry '
-                'samples within the IMU\'s span')
+                "samples within the IMU's span")
     return Check('time: imu to odometry', WRONG, measured,
                  'stamp IMU and odometry with the same clock: the physics time of each sample')
 
