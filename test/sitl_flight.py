@@ -106,6 +106,7 @@ class FlightRecord:
     armed: bool = False
     reached: bool = False
     landed: bool = False
+    moved: bool = False
     wall_seconds: float = 0.0
     sim_seconds: float = 0.0
 
@@ -136,6 +137,7 @@ class Flight:
         self.record = FlightRecord()
         self.boot_ms = 0
         self.relative_alt = 0.0
+        self.north = 0.0
         self.ekf_flags = 0
         self.origin_set = False
         self.mav.mav.request_data_stream_send(
@@ -162,6 +164,8 @@ class Flight:
             elif kind == 'GLOBAL_POSITION_INT':
                 self.relative_alt = message.relative_alt / 1000.0
                 self.boot_ms = message.time_boot_ms
+            elif kind == 'LOCAL_POSITION_NED':
+                self.north = message.x
             elif kind == 'SYSTEM_TIME':
                 self.boot_ms = max(self.boot_ms, message.time_boot_ms)
 
@@ -192,14 +196,24 @@ class Flight:
                                        mavlink.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, 0, 0, 0, 0,
                                        altitude)
 
+    def go_north(self, distance: float, altitude: float) -> None:
+        """Fly to distance m north of the EKF origin at altitude (GUIDED position target)."""
+        mavlink = self.mavutil.mavlink
+        positions_only = 0b110111111000
+        self.mav.mav.set_position_target_local_ned_send(
+            0, self.mav.target_system, self.mav.target_component, mavlink.MAV_FRAME_LOCAL_NED,
+            positions_only, distance, 0.0, -altitude, 0, 0, 0, 0, 0, 0, 0, 0)
+
     def close(self) -> None:
         self.mav.close()
 
 
 def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
-        timeout: float = 240.0) -> FlightRecord:
+        timeout: float = 240.0, leg: float = 0.0) -> FlightRecord:
     """
     EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
+
+    With leg, fly leg m north after the hold (moved says it got there), then land.
 
     truth gives the simulator's own height above its start, sampled with SITL's altitude.
     """
@@ -224,6 +238,9 @@ def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
             flight.pump(0.05)
             record.hover.append((flight.boot_ms / 1000.0, flight.relative_alt, truth()))
         record.sim_seconds = (flight.boot_ms - begin) / 1000.0
+        if leg:
+            flight.go_north(leg, altitude)
+            record.moved = flight.wait(lambda: flight.north > leg - 0.5, timeout / 4)
         flight.set_mode('LAND')
         record.landed = flight.wait(lambda: not flight.mav.motors_armed(), timeout / 4)
     finally:

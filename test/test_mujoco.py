@@ -210,7 +210,7 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     try:
         with sitl_flight.Sitl(instance=3, speedup=2) as sitl:
             record = sitl_flight.fly(sitl.mavlink_port, 5.0, 5.0,
-                                     lambda: vehicle.state().position[2] - start)
+                                     lambda: vehicle.state().position[2] - start, leg=5.0)
             log = sitl.log()
     finally:
         link.stop()
@@ -219,7 +219,7 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     assert record.sim_seconds >= 5.0
     assert record.worst_hover_error(5.0) < 0.5, record.hover
     assert record.worst_truth_error() < 0.5, record.hover
-    assert record.landed, record.texts
+    assert record.moved and record.landed, record.texts
     checks = checker.checks()
     print(f"\nconventions over the flight's last 10 s:\n{format_table(checks)}")
     assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
@@ -233,4 +233,5 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
         table = capsys.readouterr().out
         with capsys.disabled():
             print(f'\nthe recorded flight, checked:\n{table}')
-        assert re.search(r'^time: stamps against the clock\s+ok', table, re.MULTILINE), table
+        for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
+            assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table
