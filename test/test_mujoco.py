@@ -2,6 +2,9 @@
 
 import math
 import re
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,7 +20,7 @@ from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle  # noqa: E402
-from conftest import free_udp_port  # noqa: E402
+from conftest import free_udp_port, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
@@ -183,6 +186,27 @@ def test_a_recording_that_cannot_be_written_says_so_and_the_flight_goes_on(tmp_p
     recorder.close()
     assert recorder.failed and f'recording to {tmp_path}/a_file/flight stopped' in caplog.text
     assert 'recorded' not in caplog.text
+
+
+def test_the_mujoco_command_records_until_it_is_stopped(tmp_path):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    port, bag = free_udp_port(), tmp_path / 'flight'
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco', '--record',
+               str(bag), '--port', str(port)]
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)) as process:
+        peer = SitlPeer(port)
+        try:
+            replies = peer.lock_step(600, [1600] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+        finally:
+            peer.close()
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert len(replies) == 600 and process.returncode == 0, output
+    assert f'recorded 600 frames (0.5 s of flight) to {bag}' in output
+    topics = read_bag(bag)
+    assert len(topics['/imu'][1]) == 600 and len(topics['/odom'][1]) == 150
+    assert 'Traceback' not in output
 
 
 def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_path, caplog):
