@@ -222,6 +222,28 @@ def test_a_flood_of_bad_datagrams_is_one_line_per_kind_without_tracebacks(
     assert all(r.exc_info is None and '\n' not in r.getMessage() for r in warnings)
 
 
+def test_a_flood_of_datagrams_that_hit_a_bug_is_one_line_and_tracebacks_at_debug(
+        make_link, make_peer, caplog):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    handled = []
+
+    def broken(data, sender):
+        handled.append(data)
+        raise KeyError('a bug anywhere on the datagram path')
+
+    link.handle_datagram = broken
+    with caplog.at_level(logging.DEBUG, logger=link.logger.name):
+        for count in range(1, 101):
+            peer.send(frame_count=count)
+            assert wait_for(lambda: len(handled) == count)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 1 and loud[0].exc_info is None, [r.getMessage() for r in loud]
+    assert "unexpected KeyError('a bug anywhere" in loud[0].getMessage()
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.exc_info)
+    assert any(r.exc_info for r in caplog.records)
+
+
 def test_port_in_use_names_port_instance_and_holder():
     port = free_udp_port()
     holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
