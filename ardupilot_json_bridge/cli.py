@@ -24,8 +24,6 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
-# The simulated clock a bag may hold: the check pairs each IMU stamp with it.
-CLOCK = '/clock'
 
 
 def _sample_bag() -> str:
@@ -137,8 +135,8 @@ def run_check(args: argparse.Namespace) -> int:
     from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
-    from ardupilot_json_bridge.messages.inputs import stamp_seconds
-    from ardupilot_json_bridge.sources.bagfile import read_messages
+    from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
+    from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
@@ -146,10 +144,11 @@ def run_check(args: argparse.Namespace) -> int:
     odom_topic = resolve_topic(args.namespace, inputs.odom_topic)
     checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
     clock = None
-    for message in read_messages(args.bag or _sample_bag(), [imu_topic, odom_topic, CLOCK]):
-        if message.topic == CLOCK:
-            time = message.message.clock
-            clock = time.sec + time.nanosec * 1e-9
+    bag = args.bag or _sample_bag()
+    for message in read_messages(bag, [imu_topic, odom_topic, CLOCK_TOPIC]):
+        if message.topic == CLOCK_TOPIC:
+            # Each IMU stamp is paired with the clock when it was logged.
+            clock = time_seconds(message.message.clock)
             continue
         stamp = stamp_seconds(message.message.header)
         if message.topic == imu_topic:

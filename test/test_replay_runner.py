@@ -195,6 +195,21 @@ def test_lock_step_replay_names_a_convention_fault_with_its_fix(run, tmp_path):
         == ['imu mounting'], table
 
 
+@pytest.mark.parametrize('stamp_offset, verdict', [(0.0, 'ok'), (1.7e9, 'wrong')])
+def test_a_replay_judges_the_stamps_against_the_bags_clock(run, tmp_path, stamp_offset,
+                                                           verdict):
+    bag = tmp_path / 'stamps'
+    ros_messages.write_stream_bag(bag, ros_motion.Stream(seconds=3.0), stamp_offset=stamp_offset)
+    replies, output, errors = lock_step_replay(run, str(bag), '--namespace', 'uav1')
+    assert len(replies) == 3000, errors
+    table = output.split('conventions, over the last')[1]
+    (line,) = [line for line in table.splitlines()
+               if line.startswith('time: stamps against the clock')]
+    assert line.split()[5] == verdict, table
+    if verdict == 'wrong':
+        assert 'wall-clock time while the clock is simulated' in line, line
+
+
 def test_a_looping_replay_starts_its_checks_over_each_loop(run):
     port = free_udp_port()
     process = run('--port', str(port), '--rate', '0')  # the 2 s sample bag, looping

@@ -24,9 +24,14 @@ RC_CENTRE_US = 1500.0
 RC_HALF_RANGE_US = 500.0
 
 
+def time_seconds(time: Any) -> float:
+    """Seconds of a builtin_interfaces/Time (a header's stamp, a rosgraph_msgs/Clock's clock)."""
+    return time.sec + time.nanosec * 1e-9
+
+
 def stamp_seconds(header: Any) -> float:
     """Seconds of a std_msgs/Header's builtin_interfaces/Time stamp."""
-    return header.stamp.sec + header.stamp.nanosec * 1e-9
+    return time_seconds(header.stamp)
 
 
 def imu_mounting(roll_deg: float, pitch_deg: float, yaw_deg: float) -> Matrix3:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, Tuple
 
+# The simulated clock a bag may hold beside its topics (rosgraph_msgs/Clock).
+CLOCK_TOPIC = '/clock'
 ROSBAGS_MISSING = ('reading bags needs the rosbags package: pip install rosbags '
                    '(or pip install ardupilot_json_bridge[replay])')
 

@@ -18,14 +18,13 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from ardupilot_json_bridge.messages.cdr_writer import (
     CLOCK_TYPE, encode_clock, encode_float64_array, encode_imu, encode_odometry,
     encode_uint16_array, FLOAT64_ARRAY_TYPE, IMU_TYPE, ODOMETRY_TYPE, UINT16_ARRAY_TYPE)
-from ardupilot_json_bridge.sources.bagfile import BagError, typestore, write_bag
+from ardupilot_json_bridge.sources.bagfile import BagError, CLOCK_TOPIC, typestore, write_bag
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleState
 
 # 300 Hz at SITL's 1200 frames/s, near Gazebo's 250 Hz odometry, and a third of the bag's size.
 ODOMETRY_EVERY = 4
 # A tenth of a second at SITL's 1200 frames/s: one hand-over to the writer for so many frames.
 BATCH_FRAMES = 120
-CLOCK_TOPIC = '/clock'
 IMU_TOPIC = '/imu'
 ODOMETRY_TOPIC = '/odom'
 PWM_TOPIC = '/servo_pwm'

@@ -18,10 +18,10 @@ from typing import Deque, Dict, List, Optional
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import SensorState
-from ardupilot_json_bridge.messages.inputs import stamp_seconds
+from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
 from ardupilot_json_bridge.messages.routes import CONVENTION_OBSERVERS, deliver, InputRoute
 from ardupilot_json_bridge.sources.bagfile import (
-    bag_span, bag_topics, BagError, BagMessage, read_messages)
+    bag_span, bag_topics, BagError, BagMessage, CLOCK_TOPIC, read_messages)
 
 # Seconds of wall time between progress lines.
 PROGRESS_PERIOD = 10.0
@@ -64,7 +64,11 @@ class BagReplay:
         self.warnings = RateLimitedLog(self.logger)
         self.routes: Dict[str, InputRoute] = {
             resolve_topic(settings.namespace, r.topic): r for r in routes}
-        self._check_topics()
+        available = self._check_topics()
+        # The bag's /clock, when it has one, for the live clock check.
+        self._clock_topic = (CLOCK_TOPIC if checker is not None and CLOCK_TOPIC in available
+                             else None)
+        self._clock: Optional[float] = None
         self._primary = resolve_topic(settings.namespace,
                                       next(r.topic for r in routes if r.name == state.primary))
         span = bag_span(settings.bag)
@@ -83,7 +87,8 @@ class BagReplay:
         self._next_progress = 0.0
         self._previous_primary: Optional[float] = None
 
-    def _check_topics(self) -> None:
+    def _check_topics(self) -> Dict[str, str]:
+        """Refuse a bag without the mandatory topics or with other types; return its topics."""
         available = bag_topics(self.settings.bag)
         listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
         for topic, route in self.routes.items():
@@ -98,6 +103,7 @@ class BagReplay:
             elif msgtype != route.msgtype:
                 raise BagError(f'{topic} in {self.settings.bag} is {msgtype}, but the '
                                f'{route.name} input reads {route.msgtype}')
+        return available
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True, name='bag-replay')
@@ -122,26 +128,27 @@ class BagReplay:
         self._next_progress = time.monotonic() + PROGRESS_PERIOD
         while not self._stop.is_set():
             self._wall_start = time.monotonic()
-            self._previous_primary = None
+            self._previous_primary, self._clock = None, None
             held: Deque[BagMessage] = collections.deque()
-            for message in read_messages(settings.bag, self.routes):
+            topics = [*self.routes, *([self._clock_topic] if self._clock_topic else [])]
+            for message in read_messages(settings.bag, topics):
                 if settings.rate > 0.0:
                     if not self._deliver(message, offset):
                         return
                     continue
                 # Lock-step: a primary sample waits until SITL took the one before, while the
                 # other topics run up to LOOKAHEAD ahead of it, so odometry logged after the
-                # IMU sample it belongs to is there when the sample is served.
-                if message.topic == self._primary:
+                # IMU sample it belongs to is there when the sample is served. The clock keeps
+                # its place beside the primary samples.
+                if message.topic in (self._primary, self._clock_topic):
                     held.append(message)
                 elif not self._deliver(message, offset):
                     return
                 while held and message.log_time_ns - held[0].log_time_ns >= LOOKAHEAD_NS:
-                    if not (self._wait_until_served()
-                            and self._deliver(held.popleft(), offset)):
+                    if not self._release(held.popleft(), offset):
                         return
             while held:
-                if not (self._wait_until_served() and self._deliver(held.popleft(), offset)):
+                if not self._release(held.popleft(), offset):
                     return
             self.loops += 1
             if not settings.loop:
@@ -170,6 +177,9 @@ class BagReplay:
         if now >= self._next_progress:
             self._next_progress = now + PROGRESS_PERIOD
             self._progress(message.log_time_ns)
+        if message.topic == self._clock_topic:
+            self._clock = time_seconds(message.message.clock)
+            return True
         log_time = message.log_time_ns * 1e-9
         if message.topic == self._primary:
             stamp = stamp_seconds(message.message.header)
@@ -182,9 +192,18 @@ class BagReplay:
                 self.warnings, offset)
         observe = CONVENTION_OBSERVERS.get(route.msgtype)
         if self.checker is not None and observe is not None:
-            observe(self.checker, message.message, stamp_seconds(message.message.header))
+            stamp = stamp_seconds(message.message.header)
+            observe(self.checker, message.message, stamp)
+            if self._clock is not None and message.topic == self._primary:
+                self.checker.add_clock(stamp, self._clock)
         self.delivered += 1
         return True
+
+    def _release(self, message: BagMessage, offset: float) -> bool:
+        """Lock-step: deliver a held message, a primary sample once SITL took the last one."""
+        if message.topic == self._primary and not self._wait_until_served():
+            return False
+        return self._deliver(message, offset)
 
     def _wait_until_served(self) -> bool:
         """Lock-step: hold the next primary sample until SITL took the last; False on stop."""
