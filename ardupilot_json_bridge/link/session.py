@@ -66,7 +66,15 @@ class FrameGrid:
         return self.base_timestamp + index / self.rate
 
     def skip_to(self, stamp: float) -> int:
-        """Move forward to the last frame at or before stamp; the frames passed over."""
+        """
+        Move forward to the last frame at or before stamp; return the frames passed over.
+
+        Before any frame is answered none is passed over: the grid starts again at stamp, so
+        the session's first reply is still time 0.
+        """
+        if self.index < 0:
+            self.base_stamp = stamp
+            return 0
         frames = math.floor((stamp - self.stamp_of(self.index + 1)) * self.rate + 1e-9)
         if frames > 0:
             self.index += frames

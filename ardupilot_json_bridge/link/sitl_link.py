@@ -275,11 +275,8 @@ class SitlLink:
         stamp = grid.next_instant(packet.frame_rate)
         newest = state.newest_primary()
         if newest is not None and newest - stamp > state.settings.max_backlog:
-            if grid.index < 0:
-                # Nothing answered yet: the session starts at the newest sample, at time 0.
-                grid = session.grid = FrameGrid(newest, packet.frame_rate)
-            else:
-                skipped = grid.skip_to(newest)
+            skipped = grid.skip_to(newest)
+            if skipped:
                 self.stats.skipped += skipped
                 self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
                                                  f'{state.settings.max_backlog} s behind '
