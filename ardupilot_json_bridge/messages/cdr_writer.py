@@ -10,9 +10,9 @@ from after the 4-byte encapsulation header). Covariances are written as zeros: u
 import struct
 from typing import Sequence
 
+from ardupilot_json_bridge.messages.inputs import time_parts
+
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
-IMU_TYPE = 'sensor_msgs/msg/Imu'
-ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
 FLOAT64_ARRAY_TYPE = 'std_msgs/msg/Float64MultiArray'
 UINT16_ARRAY_TYPE = 'std_msgs/msg/UInt16MultiArray'
 ENCAPSULATION = b'\x00\x01\x00\x00'
@@ -31,8 +31,7 @@ def _pad(body: bytes, alignment: int) -> bytes:
 
 
 def _stamp(t: float) -> bytes:
-    seconds, nanoseconds = divmod(round(t * 1e9), 1_000_000_000)
-    return struct.pack('<iI', seconds, nanoseconds)
+    return struct.pack('<iI', *time_parts(t))
 
 
 def _header(t: float, frame_id: str) -> bytes:

@@ -29,6 +29,12 @@ def time_seconds(time: Any) -> float:
     return time.sec + time.nanosec * 1e-9
 
 
+def time_parts(seconds: float) -> Tuple[int, int]:
+    """Return (sec, nanosec) of a builtin_interfaces/Time, the nanoseconds rounded and carried."""
+    whole, nanoseconds = divmod(round(seconds * 1e9), 1_000_000_000)
+    return int(whole), int(nanoseconds)
+
+
 def stamp_seconds(header: Any) -> float:
     """Seconds of a std_msgs/Header's builtin_interfaces/Time stamp."""
     return time_seconds(header.stamp)

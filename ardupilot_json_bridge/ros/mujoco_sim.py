@@ -20,6 +20,7 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64MultiArray
 
+from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.node import run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
 
@@ -108,12 +109,8 @@ class MujocoSim(Node):
 
     def _publish(self, with_odometry: bool) -> None:
         state = self.vehicle.state()
-        seconds = int(state.time)
-        nanoseconds = int(round((state.time - seconds) * 1e9))
-        if nanoseconds >= 1_000_000_000:
-            seconds, nanoseconds = seconds + 1, nanoseconds - 1_000_000_000
         imu, clock = self._imu, self._clock
-        clock.clock.sec, clock.clock.nanosec = seconds, nanoseconds
+        clock.clock.sec, clock.clock.nanosec = time_parts(state.time)
         self.clock_publisher.publish(clock)
         imu.header.stamp = clock.clock
         x, y, z, w = state.orientation

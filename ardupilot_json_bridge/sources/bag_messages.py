@@ -8,15 +8,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-IMU_TYPE = 'sensor_msgs/msg/Imu'
-ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
+from ardupilot_json_bridge.messages.inputs import time_parts
+from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+
 Vector = Sequence[float]
 
 
 def time_message(store: Any, t: float) -> Any:
     """builtin_interfaces/Time of t seconds (nanoseconds rounded, carried into seconds)."""
-    seconds, nanoseconds = divmod(round(t * 1e9), 1_000_000_000)
-    return store.types['builtin_interfaces/msg/Time'](sec=int(seconds), nanosec=int(nanoseconds))
+    seconds, nanoseconds = time_parts(t)
+    return store.types['builtin_interfaces/msg/Time'](sec=seconds, nanosec=nanoseconds)
 
 
 def _header(store: Any, stamp: float, frame_id: str) -> Any:

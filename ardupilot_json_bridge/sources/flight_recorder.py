@@ -17,7 +17,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.messages.cdr_writer import (
     CLOCK_TYPE, encode_clock, encode_float64_array, encode_imu, encode_odometry,
-    encode_uint16_array, FLOAT64_ARRAY_TYPE, IMU_TYPE, ODOMETRY_TYPE, UINT16_ARRAY_TYPE)
+    encode_uint16_array, FLOAT64_ARRAY_TYPE, UINT16_ARRAY_TYPE)
+from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
 from ardupilot_json_bridge.sources.bagfile import BagError, CLOCK_TOPIC, typestore, write_bag
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleState
 

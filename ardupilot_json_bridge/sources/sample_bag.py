@@ -14,8 +14,8 @@ from typing import Any, Iterator, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.core.frames import STANDARD_GRAVITY
-from ardupilot_json_bridge.sources.bag_messages import (
-    imu_message, IMU_TYPE, odometry_message, ODOMETRY_TYPE)
+from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+from ardupilot_json_bridge.sources.bag_messages import imu_message, odometry_message
 from ardupilot_json_bridge.sources.bagfile import typestore, write_bag
 
 SAMPLE_BAG = os.path.join(os.path.dirname(__file__), 'data', 'resting_vehicle')
