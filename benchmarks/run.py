@@ -225,13 +225,18 @@ class NullSocket:
         pass
 
 
-def per_frame(frames: int) -> Dict[str, float]:
-    state = SensorState(LOCK_STEP)
-    link = SitlLink(LinkSettings(port=free_port()), state,
-                    on_frame=lambda packet: MOTORS.apply(packet.pwm))
+def socketless_link(state: SensorState, on_frame) -> SitlLink:
+    """Return a quiet link whose replies go nowhere, for per-frame work without the kernel."""
+    link = SitlLink(LinkSettings(port=free_port()), state, on_frame=on_frame)
     link.logger.disabled = True
     link._sock.close()
     link._sock = NullSocket()
+    return link
+
+
+def per_frame(frames: int) -> Dict[str, float]:
+    state = SensorState(LOCK_STEP)
+    link = socketless_link(state, lambda packet: MOTORS.apply(packet.pwm))
     packets = [encode_servo_packet(i, [1100 + (i % 800)] * 16) for i in range(frames)]
     samples = [imu_sample(i) for i in range(frames)]
     odometry = [replace(ODOMETRY, stamp=i * PHYSICS_STEP) for i in range(frames)]
@@ -332,10 +337,7 @@ def mujoco_lock_step(frames: int, folder: str) -> Dict[str, float]:
         recorder = FlightRecorder(os.path.join(folder, 'flight')) if name == 'recording' else None
         source = MujocoLockStep(MujocoVehicle(), state, MOTORS.groups[0], recorder=recorder,
                                 checker=ConventionChecker() if name == 'checks' else None)
-        link = SitlLink(LinkSettings(port=free_port()), state, on_frame=source.on_frame)
-        link.logger.disabled = True
-        link._sock.close()
-        link._sock = NullSocket()
+        link = socketless_link(state, source.on_frame)
         start, cpu = time.perf_counter(), time.process_time()
         for packet in packets:
             link.handle_datagram(packet, ('127.0.0.1', 40000))
