@@ -20,6 +20,11 @@ def free_udp_port() -> int:
         return sock.getsockname()[1]
 
 
+def motor_command(pwm: float) -> float:
+    """Return the quad X presets' rotor command, by hand: 1100-1900 us to 0-838 rad/s."""
+    return (pwm - 1100.0) / 800.0 * 838.0
+
+
 @pytest.fixture
 def patient_config(tmp_path) -> str:
     """

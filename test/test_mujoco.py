@@ -20,7 +20,7 @@ from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle  # noqa: E402
-from conftest import free_udp_port, reaped  # noqa: E402
+from conftest import free_udp_port, motor_command, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
@@ -101,11 +101,6 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
     finally:
         peer.close()
         link.stop()
-
-
-def motor_command(pwm: float) -> float:
-    """config/quad_x.yaml's scaling, by hand: 1100-1900 us to 0-838 rad/s."""
-    return (pwm - 1100.0) / 800.0 * 838.0
 
 
 def read_bag(path) -> dict:

@@ -27,17 +27,12 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
-from conftest import free_udp_port, reaped  # noqa: E402
+from conftest import free_udp_port, motor_command, reaped  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 STEP = 0.004
-
-
-def motor_command(pwm: float) -> float:
-    """config/mujoco_quad_x.yaml's scaling, by hand: 1100-1900 us to 0-838 rad/s."""
-    return (pwm - 1100.0) / 800.0 * 838.0
 
 
 class Simulator:
