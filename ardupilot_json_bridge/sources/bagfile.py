@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, Iterator, Tuple
 
 # The simulated clock a bag may hold beside its topics (rosgraph_msgs/Clock).
 CLOCK_TOPIC = '/clock'
-ROSBAGS_MISSING = ('reading bags needs the rosbags package: pip install rosbags '
+ROSBAGS_MISSING = ('reading or writing bags needs the rosbags package: pip install rosbags '
                    '(or pip install ardupilot_json_bridge[replay])')
 
 
