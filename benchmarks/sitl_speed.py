@@ -17,9 +17,7 @@ The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -41,7 +39,7 @@ def sitl_folder() -> str:
 
 
 def start_sitl(folder: str, model: str, scratch: str, quad_x: Optional[str]) -> subprocess.Popen:
-    """ArduCopter at SPEEDUP against model, in scratch, MAVLink on tcp 5760."""
+    """Start ArduCopter at SPEEDUP against model, in scratch, MAVLink on tcp 5760."""
     defaults = os.path.join(folder, 'copter.parm') + (',' + quad_x if quad_x else '')
     return subprocess.Popen(
         [os.path.join(folder, 'arducopter'), '--model', model, '--speedup', str(SPEEDUP),
@@ -50,18 +48,18 @@ def start_sitl(folder: str, model: str, scratch: str, quad_x: Optional[str]) -> 
 
 
 def do_nothing_backend() -> subprocess.Popen:
-    """A child process answering SITL on UDP 9002 with REPLY, one frame period per frame."""
-    code = f'''
+    """Start a child process answering SITL on UDP 9002 with REPLY, a frame period a frame."""
+    code = f"""
 import socket, struct
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-sock.bind(("127.0.0.1", 9002))
+sock.bind(('127.0.0.1', 9002))
 last, time = -1, 0.0
-reply = b""
+reply = b''
 while True:
     data, peer = sock.recvfrom(1024)
-    if len(data) < 8 or struct.unpack_from("<H", data)[0] != {MAGIC_16}:
+    if len(data) < 8 or struct.unpack_from('<H', data)[0] != {MAGIC_16}:
         continue
-    rate, count = struct.unpack_from("<HI", data, 2)
+    rate, count = struct.unpack_from('<HI', data, 2)
     if count != last:
         if count < last:
             time = 0.0
@@ -69,7 +67,7 @@ while True:
         time += 1.0 / (rate or 1200)
         reply = {REPLY!r}.format(time).encode()
     sock.sendto(reply, peer)
-'''
+"""
     return subprocess.Popen([sys.executable, '-c', code])
 
 
@@ -80,7 +78,7 @@ def mujoco_backend() -> subprocess.Popen:
 
 
 def sim_rate(seconds: float) -> float:
-    """SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME)."""
+    """Return SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME)."""
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
     while True:
