@@ -1,0 +1,123 @@
+"""
+The ROS 2 command line as a user runs it, for the tests: ros2 launch, param, bag, and SITL.
+
+Every `ros2 launch` runs in a process group of its own, as in a terminal, so Ctrl-C (SIGINT
+to the group) and the check that nothing outlives it work as a user sees them.
+"""
+
+import filecmp
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import Callable, List, Optional, Tuple
+
+PACKAGE = 'ardupilot_json_bridge'
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def ros2_missing() -> Optional[str]:
+    """Return why the sourced-ROS tests cannot run here, or None when they can."""
+    if shutil.which('ros2') is None:
+        return 'needs a sourced ROS 2 (source /opt/ros/jazzy/activate.sh): no ros2 on PATH'
+    try:
+        import launch_ros  # noqa: F401
+        from ament_index_python.packages import get_package_share_directory
+    except ImportError as error:
+        return f'needs a sourced ROS 2 with launch_ros: {error}'
+    try:
+        share = get_package_share_directory(PACKAGE)
+    except LookupError:
+        return (f'needs {PACKAGE} built with colcon and its overlay sourced '
+                '(source install/setup.bash)')
+    ours = sorted(os.path.basename(p) for p in glob.glob(os.path.join(SOURCE, 'launch', '*')))
+    _, differ, missing = filecmp.cmpfiles(os.path.join(SOURCE, 'launch'),
+                                          os.path.join(share, 'launch'), ours, shallow=False)
+    if differ or missing:
+        return f'the sourced {PACKAGE} ({share}) is another build: colcon build this checkout'
+    return None
+
+
+def share(*parts: str) -> str:
+    """Return a path in the installed package's share folder."""
+    from ament_index_python.packages import get_package_share_directory
+    return os.path.join(get_package_share_directory(PACKAGE), *parts)
+
+
+def ros2(*arguments: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run one ros2 command to its end; stdout and stderr together."""
+    return subprocess.run(['ros2', *arguments], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+class Running:
+    """A command in a process group of its own, its output collected by a thread."""
+
+    def __init__(self, command: List[str]) -> None:
+        self.command = command
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return ''.join(self.lines)
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Wait until condition holds (True) or timeout passed or the command ended (False)."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                return condition()
+            time.sleep(0.1)
+        return True
+
+    def wait_for_text(self, text: str, timeout: float, count: int = 1) -> bool:
+        return self.wait_for(lambda: self.output.count(text) >= count, timeout)
+
+    def group_alive(self) -> bool:
+        """Return whether any process of the group still runs (reaping ros2 launch itself)."""
+        self.process.poll()
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def interrupt(self, timeout: float = 20.0) -> Tuple[float, bool]:
+        """
+        Ctrl-C: SIGINT to the group, as a terminal does; wait for every process of it.
+
+        Returns the seconds until the last process ended and whether all ended in timeout.
+        """
+        started = time.monotonic()
+        os.killpg(self.process.pid, signal.SIGINT)
+        deadline = started + timeout
+        while self.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = not self.group_alive()
+        seconds = time.monotonic() - started
+        self.close()
+        return seconds, ended
+
+    def close(self) -> None:
+        """Kill what is left of the group and collect the output."""
+        if self.group_alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self._reader.join(10)
+
+
+def launch(file: str, *arguments: str) -> Running:
+    """ros2 launch ardupilot_json_bridge <file> <name:=value ...>."""
+    return Running(['ros2', 'launch', PACKAGE, file, *arguments])
