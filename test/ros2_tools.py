@@ -121,3 +121,49 @@ class Running:
 def launch(file: str, *arguments: str) -> Running:
     """ros2 launch ardupilot_json_bridge <file> <name:=value ...>."""
     return Running(['ros2', 'launch', PACKAGE, file, *arguments])
+
+
+def start_sitl(instance: int):
+    """
+    Real ArduCopter on instance, the project's quad X: copter.parm with quad-x.parm.
+
+    The one place the tests start SITL for a launched vehicle (sitl_flight.Sitl underneath).
+    """
+    import sitl_flight
+    folder = os.environ[sitl_flight.SITL_DIR_VARIABLE]
+    frame = os.path.join(folder, 'quad-x.parm')
+    extra = open(frame).read() if os.path.isfile(frame) else 'FRAME_CLASS 1\nFRAME_TYPE 1\n'
+    return sitl_flight.Sitl(instance=instance, speedup=1, extra_parameters=extra)
+
+
+def free_instances(count: int) -> List[int]:
+    """
+    Return count consecutive SITL instances whose UDP ports (9002 + 10 N) are free.
+
+    Above those of people's own SITLs, and below 256: SITL keeps -I N in a byte.
+    """
+    import random
+    import socket
+    while True:
+        first = random.randrange(20, 256 - count)
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+        try:
+            for instance, sock in zip(range(first, first + count), sockets):
+                sock.bind(('127.0.0.1', 9002 + 10 * instance))
+            return list(range(first, first + count))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+
+
+def stop(launched: Running, limit: float = 8.0) -> str:
+    """Ctrl-C a launch: every process must end cleanly within limit seconds, no traceback."""
+    seconds, ended = launched.interrupt()
+    output = launched.output
+    assert ended and seconds < limit, f'{seconds:.1f} s after Ctrl-C:\n{output[-2000:]}'
+    assert 'Traceback' not in output, output[-3000:]
+    assert 'ERROR' not in output, output[-3000:]
+    print(f'Ctrl-C stopped {" ".join(launched.command[1:4])} in {seconds:.1f} s')
+    return output

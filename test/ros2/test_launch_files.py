@@ -8,50 +8,15 @@ launch ends by Ctrl-C (SIGINT to its process group), which must stop all within 
 """
 
 import os
-import random
-import socket
 from typing import Dict, List
 
 import pytest
 
 from conftest import motor_command
-from ros2_tools import launch, ros2, Running, share
+from ros2_tools import free_instances, launch, ros2, share, stop
 from sitl_peer import SitlPeer
 
 pytestmark = pytest.mark.usefixtures('sourced_ros2')
-
-# What the user may wait for a Ctrl-C'd launch: the node's own shutdown, not SIGKILL's 10 s.
-CTRL_C_SECONDS = 8.0
-
-
-def free_instances(count: int) -> List[int]:
-    """Return count consecutive SITL instances whose UDP ports (9002 + 10 N) are free."""
-    while True:
-        first = random.randrange(100, 600)
-        instances = list(range(first, first + count))
-        try:
-            sockets = []
-            for instance in instances:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                sockets.append(sock)
-                sock.bind(('127.0.0.1', 9002 + 10 * instance))
-            return instances
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-
-
-def stop(launched: Running) -> str:
-    """Ctrl-C the launch; every process must end cleanly within CTRL_C_SECONDS."""
-    seconds, ended = launched.interrupt()
-    output = launched.output
-    assert ended and seconds < CTRL_C_SECONDS, f'{seconds:.1f} s after Ctrl-C:\n{output[-2000:]}'
-    assert 'Traceback' not in output, output[-3000:]
-    assert 'ERROR' not in output, output[-3000:]
-    print(f'Ctrl-C stopped {launched.command[3]} in {seconds:.1f} s')
-    return output
 
 
 @pytest.fixture
