@@ -16,7 +16,8 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from ardupilot_json_bridge.ros.launch_config import (
-    bridge_node_arguments, clock_remappings, clock_topic, fleet, parse_bool, parse_rate, simulator_node_arguments)
+    bridge_node_arguments, clock_remappings, clock_topic, fleet, parse_bool, parse_rate,
+    simulator_node_arguments)
 
 
 def _vehicles(context, *args, **kwargs):

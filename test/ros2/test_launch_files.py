@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures('sourced_ros2')
 
 @pytest.fixture
 def simulator():
-    """A simulator stand-in (test_node_process.Simulator), made for given namespaces."""
+    """Make simulator stand-ins (test_node_process.Simulator) for given namespaces."""
     from test_node_process import Simulator
     made = []
 
@@ -40,7 +40,7 @@ def link_messages(simulator, namespace: str) -> List[str]:
 
 
 def parameters_file(tmp_path) -> str:
-    """The MuJoCo preset with values of its own, to be read back with ros2 param get."""
+    """Write the MuJoCo preset with values of its own, to read back with ros2 param get."""
     with open(share('config', 'mujoco_quad_x.yaml')) as stream:
         text = stream.read()
     path = tmp_path / 'params.yaml'

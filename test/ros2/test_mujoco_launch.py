@@ -2,9 +2,9 @@
 mujoco.launch.py flies real ArduCopter under `ros2 launch`; rosbag2 records the flight.
 
 One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with `ros2 bag
-record` (MCAP) running, and two at once (count:=2) at 250 Hz. The recorded bag then goes round: `ros2 bag
-info`, `ros2 bag play --clock` into bridge.launch.py (use_sim_time) serving a SITL peer, with
-and without --loop, and the project's own `replay` and `check`. Skips where the prebuilt SITL
+record` (MCAP) running, and two at once (count:=2) at 250 Hz. The recorded bag then goes
+round: `ros2 bag info`, `ros2 bag play --clock` into bridge.launch.py (use_sim_time) serving a
+SITL peer, with and without --loop, and the project's own `replay` and `check`. Skips where the prebuilt SITL
 (ARDUPILOT_SITL_DIR) is missing.
 """
 
@@ -262,8 +262,8 @@ def takeoff_offset(messages: Dict[str, list], namespace: str) -> float:
 
 
 @pytest.mark.parametrize('loop', [False, True])
-def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(recorded_flight,
-                                                                          tmp_path, loop):
+def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
+        recorded_flight, tmp_path, loop):
     _, bag, namespace = recorded_flight
     messages = read_bag(bag)
     start = takeoff_offset(messages, namespace)
