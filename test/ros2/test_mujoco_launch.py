@@ -4,8 +4,8 @@ mujoco.launch.py flies real ArduCopter under `ros2 launch`; rosbag2 records the 
 One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with `ros2 bag
 record` (MCAP) running, and two at once (count:=2) at 250 Hz. The recorded bag then goes
 round: `ros2 bag info`, `ros2 bag play --clock` into bridge.launch.py (use_sim_time) serving a
-SITL peer, with and without --loop, and the project's own `replay` and `check`. Skips where the prebuilt SITL
-(ARDUPILOT_SITL_DIR) is missing.
+SITL peer, with and without --loop, and the project's own `replay` and `check`. Skips where
+the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 """
 
 from dataclasses import dataclass
