@@ -8,12 +8,13 @@ to the group) and the check that nothing outlives it work as a user sees them.
 import filecmp
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 PACKAGE = 'ardupilot_json_bridge'
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,3 +168,26 @@ def stop(launched: Running, limit: float = 8.0) -> str:
     assert 'ERROR' not in output, output[-3000:]
     print(f'Ctrl-C stopped {" ".join(launched.command[1:4])} in {seconds:.1f} s')
     return output
+
+
+def bag_info_counts(bag: str) -> Dict[str, int]:
+    """Return {topic: count} as `ros2 bag info` states them (and print what it said)."""
+    info = ros2('bag', 'info', bag)
+    assert info.returncode == 0, info.stdout
+    print(info.stdout)
+    return {topic: int(count) for topic, count in
+            re.findall(r'Topic: (\S+) \| Type: \S+ \| Count: (\d+)', info.stdout)}
+
+
+def read_bag(bag: str) -> Dict[str, list]:
+    """Return (receive time ns, message) per topic, read by rosbags (not the project's)."""
+    from pathlib import Path
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import get_typestore, Stores
+    topics: Dict[str, list] = {}
+    with AnyReader([Path(bag)], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
+        wanted = [c for c in reader.connections if c.msgtype != 'actuator_msgs/msg/Actuators']
+        for connection, timestamp, raw in reader.messages(connections=wanted):
+            topics.setdefault(connection.topic, []).append(
+                (timestamp, reader.deserialize(raw, connection.msgtype)))
+    return topics

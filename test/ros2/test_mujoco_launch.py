@@ -10,14 +10,14 @@ the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 
 from dataclasses import dataclass
 import os
-import re
 import threading
 from typing import Dict, List, Tuple
 
 import numpy as np
 import pytest
 
-from ros2_tools import free_instances, launch, ros2, Running, share, start_sitl, stop
+from ros2_tools import (
+    bag_info_counts, free_instances, launch, read_bag, ros2, Running, share, start_sitl, stop)
 import sitl_flight
 from sitl_peer import SitlPeer
 
@@ -156,28 +156,6 @@ def test_two_vehicles_at_250_hz_through_mujoco_launch(sourced_ros2):
         flight.launch_output = output
         assert_hovered(flight)
     assert output.count('process has finished cleanly') == 4, output[-2000:]
-
-
-def bag_info_counts(bag: str) -> Dict[str, int]:
-    info = ros2('bag', 'info', bag)
-    assert info.returncode == 0, info.stdout
-    print(info.stdout)
-    return {topic: int(count) for topic, count in
-            re.findall(r'Topic: (\S+) \| Type: \S+ \| Count: (\d+)', info.stdout)}
-
-
-def read_bag(bag: str) -> Dict[str, list]:
-    """(receive time ns, message) per topic, read by rosbags, not by the project or rosbag2."""
-    from rosbags.highlevel import AnyReader
-    from rosbags.typesys import get_typestore, Stores
-    from pathlib import Path
-    topics: Dict[str, list] = {}
-    with AnyReader([Path(bag)], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
-        wanted = [c for c in reader.connections if c.msgtype != 'actuator_msgs/msg/Actuators']
-        for connection, timestamp, raw in reader.messages(connections=wanted):
-            topics.setdefault(connection.topic, []).append(
-                (timestamp, reader.deserialize(raw, connection.msgtype)))
-    return topics
 
 
 def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight):
