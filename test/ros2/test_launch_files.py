@@ -13,7 +13,7 @@ from typing import Dict, List
 import pytest
 
 from conftest import motor_command
-from ros2_tools import free_instances, launch, ros2, share, stop
+from ros2_tools import free_instances, launch, ros2, Running, share, stop
 from sitl_peer import SitlPeer
 
 pytestmark = pytest.mark.usefixtures('sourced_ros2')
@@ -178,3 +178,38 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, mo
     (parameters,) = topics._Node__parameters   # launch_ros keeps them unevaluated till launch
     names = {''.join(part.perform(None) for part in name) for name in parameters}
     assert names == {'config_file', 'use_sim_time'}
+
+
+def readme_line(start: str) -> str:
+    """Return the README's command line beginning with start, continuation lines joined."""
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', 'README.md')) as stream:
+        text = stream.read().replace('\\\n', ' ')
+    (line,) = [line for line in text.splitlines() if line.startswith(start)]
+    return ' '.join(line.split('#')[0].split())
+
+
+@pytest.mark.parametrize('start', ['ros2 launch ardupilot_json_bridge bridge.launch.py '
+                                   'namespace:=uav0 instance:=0',
+                                   'ros2 run ardupilot_json_bridge bridge'])
+def test_the_readmes_other_engine_commands_serve_sitl(start, simulator, tmp_path):
+    """Run the README's lines as written (in bash), on a free instance and a parameters file."""
+    (instance,) = free_instances(1)
+    simulator({'uav0': 2.0})
+    line = readme_line(start).replace('instance:=0', f'instance:={instance}')
+    line = line.replace('my.yaml', parameters_file(tmp_path))
+    if 'ros2 run' in line:
+        line += f' -p instance:={instance} -p use_sim_time:=true'
+    peer = SitlPeer(9002 + 10 * instance)
+    started = Running(['bash', '-c', f'exec {line}'])
+    try:
+        assert started.wait_for_text('listening on UDP', 60), started.output
+        replies = peer.lock_step(100, [1500] * 16, timeout=30.0, wait=0.5)
+        assert len(replies) == 100, started.output[-2000:]
+        assert replies[-1]['position'] == pytest.approx((0.0, 2.0, 0.0))
+        if 'rover.yaml' in line:
+            assert 'steering' in ros2('param', 'get', '/uav0/json_sitl_bridge',
+                                      'output_groups').stdout
+    finally:
+        peer.close()
+        _, ended = started.interrupt()
+    assert ended and 'Traceback' not in started.output, started.output[-2000:]
