@@ -19,8 +19,8 @@ NOT_HERE = {
     'mkdir': 'workspace set-up, done by .ci/ros2 in a temporary folder',
     'git clone': '.ci/ros2 copies the checkout instead',
     'rosdep install': 'no rosdep database here; .ci/ros2 installs with pip',
-    'ros2 launch ardupilot_json_bridge gazebo.launch.py': 'no Gazebo here: checked through '
-                                                         "launch's API instead",
+    'ros2 launch ardupilot_json_bridge gazebo.launch.py':
+        "no Gazebo here: checked through launch's API instead",
 }
 
 
