@@ -39,9 +39,10 @@ def write_wall_clock_bag(path: str, factor: float, seconds: float, imu_rate: flo
     Write what `ros2 bag record -a` without --use-sim-time makes of a simulator at factor.
 
     factor is the simulator's real-time factor; its vehicle flies east at EAST_SPEED, 1 m up,
-    level, facing east. Headers and /clock carry simulated time from START; log times run at wall speed (simulated
-    time / factor) from WALL_START, plus ros_messages.LATENCY; /rosout, an unrelated topic, is
-    logged once a second from a second before the simulator starts to a second after it ends.
+    level, facing east. Headers and /clock carry simulated time from START; log times run at
+    wall speed (simulated time / factor) from WALL_START, plus ros_messages.LATENCY; /rosout,
+    an unrelated topic, is logged once a second from a second before the simulator starts to
+    a second after it ends.
     """
     store = ros_messages.STORES['jazzy']
 
