@@ -2,6 +2,7 @@
 
 import math
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -27,7 +28,9 @@ def test_a_signal_ends_the_simulator_cleanly_at_any_moment(signal_number):
             [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args',
              '-r', '__ns:=/stop'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
-        time.sleep(1.5 + 0.17 * attempt)
+        # Once it runs (a loaded machine may take seconds to import), at several moments.
+        started = wait_for_line(process, 'physics and IMU at 1000 Hz', 60.0)
+        time.sleep(0.17 * attempt)
         process.send_signal(signal_number)
         try:
             output, _ = process.communicate(timeout=15)
@@ -36,9 +39,27 @@ def test_a_signal_ends_the_simulator_cleanly_at_any_moment(signal_number):
             output, _ = process.communicate()
             pytest.fail(f'still running 15 s after {signal_number!r} (attempt {attempt}); '
                         f'its threads:\n{output}')
+        output = started + output
         assert process.returncode == 0, output
         assert 'Traceback' not in output, output
-        assert 'physics and IMU at 1000 Hz' in output
+
+
+def wait_for_line(process: subprocess.Popen, text: str, timeout: float) -> str:
+    """Return the output up to the first line holding text; fail if none comes in time."""
+    lines = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while not lines or text not in lines[-1]:
+            if not selector.select(max(0.0, deadline - time.monotonic())):
+                process.kill()
+                pytest.fail(f'no {text!r} within {timeout:g} s; output:\n{"".join(lines)}')
+            line = process.stdout.readline()
+            if not line:
+                pytest.fail(f'ended before {text!r}; output:\n{"".join(lines)}'
+                            f'{process.communicate()[0]}')
+            lines.append(line)
+    return ''.join(lines)
 
 
 def simulator(namespace: str) -> subprocess.Popen:
