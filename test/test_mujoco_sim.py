@@ -2,11 +2,12 @@
 
 import math
 import os
-import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import List
 
 import pytest
 
@@ -28,38 +29,43 @@ def test_a_signal_ends_the_simulator_cleanly_at_any_moment(signal_number):
             [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args',
              '-r', '__ns:=/stop'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
+        output = Output(process)
         # Once it runs (a loaded machine may take seconds to import), at several moments.
-        started = wait_for_line(process, 'physics and IMU at 1000 Hz', 60.0)
+        if not output.started.wait(60.0):
+            process.kill()
+            pytest.fail(f'no start-up line within 60 s; output:\n{output.text()}')
         time.sleep(0.17 * attempt)
         process.send_signal(signal_number)
         try:
-            output, _ = process.communicate(timeout=15)
+            process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGABRT)
-            output, _ = process.communicate()
+            process.wait()
             pytest.fail(f'still running 15 s after {signal_number!r} (attempt {attempt}); '
-                        f'its threads:\n{output}')
-        output = started + output
-        assert process.returncode == 0, output
-        assert 'Traceback' not in output, output
+                        f'its threads:\n{output.text()}')
+        assert process.returncode == 0, output.text()
+        assert 'Traceback' not in output.text(), output.text()
 
 
-def wait_for_line(process: subprocess.Popen, text: str, timeout: float) -> str:
-    """Return the output up to the first line holding text; fail if none comes in time."""
-    lines = []
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while not lines or text not in lines[-1]:
-            if not selector.select(max(0.0, deadline - time.monotonic())):
-                process.kill()
-                pytest.fail(f'no {text!r} within {timeout:g} s; output:\n{"".join(lines)}')
-            line = process.stdout.readline()
-            if not line:
-                pytest.fail(f'ended before {text!r}; output:\n{"".join(lines)}'
-                            f'{process.communicate()[0]}')
-            lines.append(line)
-    return ''.join(lines)
+class Output:
+    """A process's output, read by a thread of its own; started once the start-up line came."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: List[str] = []
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self.lines.append(line)
+            if 'physics and IMU at 1000 Hz' in line:
+                self.started.set()
+
+    def text(self) -> str:
+        """Return everything read, to the end once the process ended."""
+        self._thread.join(5.0)
+        return ''.join(self.lines)
 
 
 def simulator(namespace: str) -> subprocess.Popen:
