@@ -15,6 +15,11 @@ from ardupilot_json_bridge.link.sitl_link import SitlLink
 from ros2_tools import ros2_missing
 from sitl_peer import SitlPeer
 
+# One ROS domain per test run, inherited by every node a test starts, so two runs on one
+# machine (a developer's and CI's) do not hear each other: the one .ci/run sets, else random.
+os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+
 
 def free_udp_port() -> int:
     """Return a UDP port nothing on loopback holds right now."""
