@@ -49,7 +49,13 @@ def share(*parts: str) -> str:
 
 
 def ros2(*arguments: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Run one ros2 command to its end; stdout and stderr together."""
+    """
+    Run one ros2 command to its end; stdout and stderr together.
+
+    param and node verbs run without the ros2 daemon, which would outlive the tests.
+    """
+    if arguments[0] in ('param', 'node'):
+        arguments = (*arguments[:2], '--no-daemon', *arguments[2:])
     return subprocess.run(['ros2', *arguments], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 

@@ -8,7 +8,9 @@ SITL peer, with and without --loop, and the project's own `replay` and `check`. 
 the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 """
 
+import contextlib
 from dataclasses import dataclass
+import io
 import os
 import threading
 from typing import Dict, List, Tuple
@@ -76,10 +78,17 @@ def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedF
             truth.close()
 
     threads = [threading.Thread(target=fly, args=(n,)) for n in instances]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # pymavlink prints a line for every read of a closed socket: a dead SITL would fill the
+    # failure report with megabytes of them.
+    chatter = io.StringIO()
+    with contextlib.redirect_stdout(chatter):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    lines = chatter.getvalue().splitlines()
+    if lines:
+        print(f'pymavlink said {len(lines)} line(s), the last: {lines[-1]}')
     return {n: LaunchedFlight(records[n], launched.output, logs[n]) for n in instances}
 
 
