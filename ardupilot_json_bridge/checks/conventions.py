@@ -22,10 +22,10 @@ import numpy as np
 from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.kinematics import (
     fitted_rotation, interpolated, matrix_rpy, Motion, rms, rotation_vectors, rounded_angles,
-    ROUNDING, rpy_matrix)
+    ROUNDING)
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
+from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
 
-GRAVITY = 9.80665
 # Motion needed to decide: rotation (rad/s), horizontal or vertical acceleration (m/s^2) and
 # speed (m/s), as RMS over the window.
 MIN_ROTATION = 0.2
@@ -185,13 +185,13 @@ class ConventionChecker:
         if relative > 0.3:
             checks.append(Check(names[2], UNDECIDED, measured + ': no fixed rotation fits'))
         elif np.degrees(np.linalg.norm(rotation_vectors(
-                (rpy_matrix(*angles).T @ rpy_matrix(*self.mounting_rpy))[None]))) > ROUNDING:
+                (degrees_matrix(angles).T @ degrees_matrix(self.mounting_rpy))[None]))) > ROUNDING:
             checks.append(Check(names[2], WRONG, measured,
                                 f'imu_mounting_rpy: {list(angles)}'))
         else:
             checks.append(Check(names[2], OK, measured))
         if relative <= 0.3:
-            self._fitted_mounting = rpy_matrix(*angles)
+            self._fitted_mounting = degrees_matrix(angles)
         return checks
 
     @staticmethod
@@ -204,7 +204,7 @@ class ConventionChecker:
         """Fit R f = alpha a + gamma up: units, sign, gravity and the world's vertical."""
         mounting = self._fitted_mounting
         if mounting is None:
-            mounting = rpy_matrix(*self.mounting_rpy)
+            mounting = degrees_matrix(self.mounting_rpy)
         accel = interpolated(imu[:, 0], imu[:, 4:7], motion.inner_stamps) @ mounting.T
         world = np.einsum('nij,nj->ni', motion.inner_rotations, accel)
         acceleration = motion.acceleration
@@ -241,6 +241,11 @@ class ConventionChecker:
         if found != self.twist_frame:
             return Check('twist frame', WRONG, measured, f'odom_twist_frame: {found}')
         return Check('twist frame', OK, measured)
+
+
+def degrees_matrix(rpy: Sequence[float]) -> np.ndarray:
+    """Return the rotation of fixed-axis roll, pitch, yaw given in degrees."""
+    return rpy_to_matrix(*np.radians(rpy))
 
 
 def observe_imu(checker: ConventionChecker, msg: Any, stamp: float) -> None:

@@ -9,19 +9,15 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.core.frames import quaternion_matrices as w_first_matrices
+
 # Fitted mounting angles this close (deg) to a multiple of 90 are rounded to it.
 ROUNDING = 5.0
 
 
 def quaternion_matrices(q: np.ndarray) -> np.ndarray:
     """Return the rotation matrices (n, 3, 3) of x-y-z-w quaternions (n, 4), normalized."""
-    q = q / np.linalg.norm(q, axis=1, keepdims=True)
-    x, y, z, w = q.T
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1),
-    ], axis=1)
+    return w_first_matrices(q[:, [3, 0, 1, 2]])
 
 
 def rotation_vectors(matrices: np.ndarray) -> np.ndarray:
@@ -65,16 +61,6 @@ def matrix_rpy(matrix: np.ndarray) -> Tuple[float, float, float]:
     roll = math.atan2(matrix[2, 1], matrix[2, 2])
     yaw = math.atan2(matrix[1, 0], matrix[0, 0])
     return tuple(math.degrees(a) for a in (roll, pitch, yaw))
-
-
-def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """Return the rotation of fixed-axis roll, pitch, yaw in degrees."""
-    r, p, y = (math.radians(a) for a in (roll, pitch, yaw))
-    cr, sr, cp, sp, cy, sy = (math.cos(r), math.sin(r), math.cos(p), math.sin(p),
-                              math.cos(y), math.sin(y))
-    return np.array([[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-                     [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-                     [-sp, cp * sr, cp * cr]])
 
 
 def rounded_angles(rpy: Sequence[float]) -> Tuple[float, ...]:
