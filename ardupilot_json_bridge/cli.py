@@ -136,7 +136,7 @@ def run_check(args: argparse.Namespace) -> int:
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
-    from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
+    from ardupilot_json_bridge.sources.bagfile import bag_topics, CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
@@ -145,6 +145,12 @@ def run_check(args: argparse.Namespace) -> int:
     checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
     clock = None
     bag = args.bag or _sample_bag()
+    available = bag_topics(bag)
+    missing = [topic for topic in (imu_topic, odom_topic) if topic not in available]
+    if missing:
+        listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+        raise BagError(f'{bag} has no {" and no ".join(missing)} (--namespace '
+                       f'{args.namespace!r}); its topics: {listing}')
     for message in read_messages(bag, [imu_topic, odom_topic, CLOCK_TOPIC]):
         if message.topic == CLOCK_TOPIC:
             # Each IMU stamp is paired with the clock when it was logged.

@@ -15,7 +15,7 @@ Off the per-frame path: a checker holds a window of samples and judges on demand
 from collections import deque
 import math
 import threading
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,6 +36,8 @@ DEG_PER_RAD = math.degrees(1.0)
 CHECK_WINDOW = 60.0
 # Clock readings kept for the clock check: (message stamp, clock on receipt) pairs.
 CLOCK_PAIRS = 200
+# A stamp this far (s) behind the newest is a clock that started over, not a late sample.
+CLOCK_JUMP = 1.0
 
 
 class ConventionChecker:
@@ -54,19 +56,66 @@ class ConventionChecker:
         self._imu: Deque[Tuple[float, ...]] = deque()
         self._odometry: Deque[Tuple[float, ...]] = deque()
         self._clock: Deque[Tuple[float, float]] = deque(maxlen=CLOCK_PAIRS)
+        # Per topic, its newest stamp and the run of the clock it is in; the runs are counted,
+        # the current one spans the stamps given.
+        self._newest: Dict[str, Tuple[float, int]] = {}
+        self._run = 0
+        self._run_span = (math.inf, -math.inf)
+        # Clock jumps seen, the last as (newest stamp before, stamp after); samples refused.
+        self.jump_count = 0
+        self.last_jump: Optional[Tuple[float, float]] = None
+        self.rejected = {'IMU': 0, 'odometry': 0}
 
     def add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         """Add one sensor_msgs/Imu: angular_velocity and linear_acceleration as published."""
+        sample = (float(stamp), *map(float, gyro), *map(float, accel))
         with self._lock:
-            self._imu.append((stamp, *gyro, *accel))
-            self._trim(self._imu)
+            if self._admitted(sample, 'IMU'):
+                self._imu.append(sample)
+                self._trim(self._imu)
 
     def add_odometry(self, stamp: float, position: Sequence[float],
                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
         """Add one nav_msgs/Odometry: pose position and orientation, twist linear."""
+        sample = (float(stamp), *map(float, position), *map(float, orientation_xyzw),
+                  *map(float, linear))
         with self._lock:
-            self._odometry.append((stamp, *position, *orientation_xyzw, *linear))
-            self._trim(self._odometry)
+            if self._admitted(sample, 'odometry'):
+                self._odometry.append(sample)
+                self._trim(self._odometry)
+
+    def _admitted(self, sample: Tuple[float, ...], name: str) -> bool:
+        """
+        Count a sample the bridge would refuse (not finite), and start over on a clock jump.
+
+        A stamp more than CLOCK_JUMP behind its topic's newest starts a new run of the clock
+        (a simulator reset, a bag's loop): every sample before it is forgotten. Topics follow
+        one another into the new run (each is seen to jump in turn); until a topic does, its
+        samples of the old run are dropped.
+        """
+        if not all(map(math.isfinite, sample)):
+            self.rejected[name] += 1
+            return False
+        stamp = sample[0]
+        newest, run = self._newest.get(name, (None, self._run))
+        in_run = self._run_span[0] - CLOCK_JUMP <= stamp <= self._run_span[1] + CLOCK_JUMP
+        if newest is not None and stamp < newest - CLOCK_JUMP:
+            if run == self._run or not in_run:
+                self.jump_count += 1
+                self.last_jump = (newest, stamp)
+                self._run += 1
+                self._run_span = (stamp, stamp)
+                self._imu.clear()
+                self._odometry.clear()
+                self._clock.clear()
+            newest = None
+        elif run != self._run:
+            if not in_run:
+                return False
+            newest = None
+        self._newest[name] = (stamp if newest is None else max(newest, stamp), self._run)
+        self._run_span = (min(self._run_span[0], stamp), max(self._run_span[1], stamp))
+        return True
 
     def clear(self) -> None:
         """Forget every sample: the simulator started over (a restart, a replay's loop)."""
@@ -74,6 +123,9 @@ class ConventionChecker:
             self._imu.clear()
             self._odometry.clear()
             self._clock.clear()
+            self._newest.clear()
+            self._run_span = (math.inf, -math.inf)
+            self.rejected = dict.fromkeys(self.rejected, 0)
 
     def add_clock(self, stamp: float, clock: float) -> None:
         """Add a message's stamp and the bridge's clock (s) when the message arrived."""
@@ -96,13 +148,17 @@ class ConventionChecker:
                           'record a few seconds of both')]
         results = [timing.stamps_check('imu', imu[:, 0]),
                    timing.stamps_check('odometry', odometry[:, 0])]
+        if any(self.rejected.values()):
+            results.append(self._rejected())
         norms = np.linalg.norm(odometry[:, 4:8], axis=1)
         results.append(self._unit_quaternion(norms))
         if not np.all(norms > 1e-6):
             return results
-        ordered = np.argsort(odometry[:, 0], kind='stable')
-        odometry = odometry[ordered][np.diff(odometry[ordered, 0], prepend=-np.inf) > 0]
-        imu = imu[np.argsort(imu[:, 0], kind='stable')]
+        # Judged in time order, one sample per stamp (the stamps check named any repeat).
+        imu, odometry = advancing(imu), advancing(odometry)
+        if len(imu) < 20 or len(odometry) < 20:
+            return results + [Check('samples', UNDECIDED, f'{len(imu)} IMU and '
+                                    f'{len(odometry)} odometry samples of distinct stamps')]
         # Judged where both are: outside, the IMU would be held at its first or last value.
         inside = odometry[(odometry[:, 0] >= imu[0, 0]) & (odometry[:, 0] <= imu[-1, 0])]
         if len(inside) < 20:
@@ -127,6 +183,13 @@ class ConventionChecker:
         return [timing.imu_rate_check(imu[:, 0], gyro), timing.odometry_rate_check(motion),
                 timing.offset_check(imu[:, 0], body_gyro, motion, rms(rates)),
                 timing.clock_check(clock)]
+
+    def _rejected(self) -> Check:
+        counts = ' and '.join(f'{count} {name}' for name, count in self.rejected.items()
+                              if count)
+        return Check('samples: finite', WRONG, f'{counts} sample(s) with NaN or inf, left '
+                                               'out of every check',
+                     'publish finite values: the bridge drops such messages')
 
     @staticmethod
     def _unit_quaternion(norms: np.ndarray) -> Check:
@@ -260,6 +323,12 @@ def observe_odometry(checker: ConventionChecker, msg: Any, stamp: float) -> None
     p, o = pose.position, pose.orientation
     checker.add_odometry(stamp, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w),
                          (linear.x, linear.y, linear.z))
+
+
+def advancing(samples: np.ndarray) -> np.ndarray:
+    """Return samples (stamp first) sorted by stamp, the first of each repeated stamp only."""
+    ordered = samples[np.argsort(samples[:, 0], kind='stable')]
+    return ordered[np.diff(ordered[:, 0], prepend=-np.inf) > 0]
 
 
 def disjoint_check(imu_stamps: np.ndarray, odometry_stamps: np.ndarray) -> Check:

@@ -47,8 +47,8 @@ def stamps_check(name: str, stamps: np.ndarray) -> Check:
     """Judge stamps in arrival order: advancing, never repeated or going back."""
     steps = np.diff(stamps)
     back, repeated = int(np.sum(steps < 0)), int(np.sum(steps == 0))
-    span = stamps[-1] - stamps[0]
-    rate = (len(stamps) - 1) / span if span > 0 else 0.0
+    span = float(np.max(stamps) - np.min(stamps))
+    rate = (len(np.unique(stamps)) - 1) / span if span > 0 else 0.0
     measured = f'{rate:.0f} Hz, {back} step(s) back, {repeated} repeated'
     if back or repeated or span <= 0:
         return Check(f'time: {name} stamps', WRONG, measured,
