@@ -21,8 +21,8 @@ import numpy as np
 
 from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.kinematics import (
-    fitted_rotation, interpolated, matrix_rpy, Motion, rms, rotation_vectors, rounded_angles,
-    ROUNDING)
+    fitted_rotation, interpolated, interval_means, matrix_rpy, Motion, rms, rotation_vectors,
+    rounded_angles, ROUNDING)
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
 
@@ -32,6 +32,12 @@ MIN_ROTATION = 0.2
 MIN_ACCELERATION = 0.5
 MIN_SPEED = 0.3
 DEG_PER_RAD = math.degrees(1.0)
+# Samples further than JOLT times the median (plus a floor: m/s^2 for accelerations, rad/s
+# for rates) from the median are a landing's or a crash's jolt, left out of the fits.
+JOLT = 5.0
+JOLT_FLOOR = 2.0 * GRAVITY
+JOLT_MARGIN = 3
+JOLT_RATE_FLOOR = 2.0
 # Seconds of samples a bag check judges (its last ones).
 CHECK_WINDOW = 60.0
 # Clock readings kept for the clock check: (message stamp, clock on receipt) pairs.
@@ -204,7 +210,9 @@ class ConventionChecker:
         """Gyro units, quaternion component order and IMU mounting, from the body rates."""
         self._w_first, self._gyro_scale, self._fitted_mounting = False, 1.0, None
         rates = motion.body_rates(motion.orientation)
-        gyro = interpolated(imu[:, 0], imu[:, 1:4], motion.mid_stamps)
+        gyro = interval_means(imu[:, 0], imu[:, 1:4], motion.stamps[:-1], motion.stamps[1:])
+        kept = calm((gyro, rates), JOLT_RATE_FLOOR)
+        rates, gyro = rates[kept], gyro[kept]
         rotation = rms(rates)
         names = ('units: gyro', 'quaternion: order and motion', 'imu mounting')
         if rotation < MIN_ROTATION:
@@ -228,7 +236,7 @@ class ConventionChecker:
         else:
             checks.append(Check(names[0], OK, f'gyro / attitude rates = {scale:.3f}'))
         residual, mounting = self._mounting_fit(gyro, rates)
-        swapped = motion.body_rates(motion.orientation[:, [1, 2, 3, 0]])
+        swapped = motion.body_rates(motion.orientation[:, [1, 2, 3, 0]])[kept]
         swapped_residual, _ = self._mounting_fit(gyro, swapped)
         relative = residual / rotation
         if relative > 0.3 and swapped_residual < 0.3 * residual:
@@ -271,6 +279,8 @@ class ConventionChecker:
         accel = interpolated(imu[:, 0], imu[:, 4:7], motion.inner_stamps) @ mounting.T
         world = np.einsum('nij,nj->ni', motion.inner_rotations, accel)
         acceleration = motion.acceleration
+        kept, note = jolts_left_out(world, acceleration, motion.inner_stamps)
+        world, acceleration = world[kept], acceleration[kept]
         up = np.tile([0.0, 0.0, 1.0], (len(world), 1))
         moving = rms(acceleration) > MIN_ACCELERATION
         if moving:
@@ -280,7 +290,7 @@ class ConventionChecker:
             alpha, gamma = math.nan, float(np.mean(world[:, 2]))
         measured = (f'specific force in the world = {alpha:.2f} x acceleration + '
                     f'{gamma:.2f} up' if moving else
-                    f'at rest: specific force {gamma:.2f} m/s^2 up')
+                    f'at rest: specific force {gamma:.2f} m/s^2 up') + note
         # What the fit leaves sideways: an IMU tilted against the attitude.
         explained = (alpha * acceleration if moving else 0.0) + gamma * up
         horizontal = float(np.max(np.abs(np.mean((world - explained)[:, :2], axis=0))))
@@ -329,6 +339,37 @@ def advancing(samples: np.ndarray) -> np.ndarray:
     """Return samples (stamp first) sorted by stamp, the first of each repeated stamp only."""
     ordered = samples[np.argsort(samples[:, 0], kind='stable')]
     return ordered[np.diff(ordered[:, 0], prepend=-np.inf) > 0]
+
+
+def calm(series: Sequence[np.ndarray], floor: float) -> np.ndarray:
+    """
+    Return which rows of every series (n, 3) stay within JOLT times the median of floor.
+
+    A landing or a crash is over within a few samples, too fast for the odometry's
+    differences to follow (they spread it over JOLT_MARGIN neighbours, which go too): rows
+    far beyond the typical are a jolt, not a convention.
+    """
+    jolt = np.zeros(len(series[0]), dtype=bool)
+    for values in series:
+        off = np.linalg.norm(values - np.median(values, axis=0), axis=1)
+        jolt |= off > JOLT * np.median(off) + floor
+    spread = jolt.copy()
+    for shift in range(1, JOLT_MARGIN + 1):
+        spread[shift:] |= jolt[:-shift]
+        spread[:-shift] |= jolt[shift:]
+    return ~spread if np.sum(~spread) >= 20 else np.ones(len(jolt), dtype=bool)
+
+
+def jolts_left_out(world: np.ndarray, acceleration: np.ndarray,
+                   stamps: np.ndarray) -> Tuple[np.ndarray, str]:
+    """Return which samples the gravity fit keeps, and a note of the jolts it leaves out."""
+    kept = calm((world, acceleration), JOLT_FLOOR)
+    if np.all(kept):
+        return kept, ''
+    force = np.linalg.norm(world - np.median(world, axis=0), axis=1)
+    worst = int(np.argmax(force))
+    return kept, (f'; {int(np.sum(~kept))} sample(s) of a jolt left out (at {stamps[worst]:.2f} '
+                  f's, {float(force[worst]):.0f} m/s^2 off the median specific force)')
 
 
 def disjoint_check(imu_stamps: np.ndarray, odometry_stamps: np.ndarray) -> Check:

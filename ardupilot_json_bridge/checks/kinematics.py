@@ -78,6 +78,21 @@ def interpolated(stamps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.n
                     axis=1)
 
 
+def interval_means(stamps: np.ndarray, values: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray) -> np.ndarray:
+    """
+    Return the mean of sampled values (n, k) over each interval [start, end] (trapezoids).
+
+    What a rate integrates to over the interval: a jolt between two attitude samples counts
+    as it turned the vehicle, whatever instant the midpoint falls on.
+    """
+    steps = np.diff(stamps)[:, None]
+    integral = np.concatenate([np.zeros((1, values.shape[1])),
+                               np.cumsum(0.5 * (values[1:] + values[:-1]) * steps, axis=0)])
+    return ((interpolated(stamps, integral, ends) - interpolated(stamps, integral, starts))
+            / (ends - starts)[:, None])
+
+
 def rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.sum(values * values, axis=1)))) if len(values) else 0.0
 
