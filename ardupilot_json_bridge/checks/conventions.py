@@ -23,6 +23,7 @@ from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.kinematics import (
     fitted_rotation, interpolated, interval_means, matrix_rpy, Motion, rms, rotation_vectors,
     rounded_angles, ROUNDING)
+from ardupilot_json_bridge.checks.layout import layout_check
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
 
@@ -31,6 +32,8 @@ from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as
 MIN_ROTATION = 0.2
 MIN_ACCELERATION = 0.5
 MIN_SPEED = 0.3
+# Rotation about a second axis below this share of the first leaves a mounting unfitted.
+ONE_AXIS = 0.2
 DEG_PER_RAD = math.degrees(1.0)
 # Samples further than JOLT times the median (plus a floor: m/s^2 for accelerations, rad/s
 # for rates) from the median are a landing's or a crash's jolt, left out of the fits.
@@ -44,14 +47,19 @@ CHECK_WINDOW = 60.0
 CLOCK_PAIRS = 200
 # A stamp this far (s) behind the newest is a clock that started over, not a late sample.
 CLOCK_JUMP = 1.0
+# SERVO channels kept of each PWM frame (SITL sends 16, or 32).
+PWM_CHANNELS = 16
 
 
 class ConventionChecker:
     """Holds a window of raw IMU and odometry samples and judges their conventions."""
 
     def __init__(self, imu_mounting_rpy: Sequence[float] = (0.0, 0.0, 0.0),
-                 odom_twist_frame: str = 'child', window: float = 20.0) -> None:
+                 odom_twist_frame: str = 'child', window: float = 20.0,
+                 vehicle: Optional[str] = None) -> None:
         self.mounting_rpy = tuple(float(a) for a in imu_mounting_rpy)
+        # 'copter', 'plane' or 'rover' for the layout check; None tries a copter's layouts.
+        self.vehicle = vehicle
         self.twist_frame = odom_twist_frame
         self.window = window
         self._w_first = False
@@ -62,6 +70,7 @@ class ConventionChecker:
         self._imu: Deque[Tuple[float, ...]] = deque()
         self._odometry: Deque[Tuple[float, ...]] = deque()
         self._clock: Deque[Tuple[float, float]] = deque(maxlen=CLOCK_PAIRS)
+        self._pwm: Deque[Tuple[float, ...]] = deque()
         # Per topic, its newest stamp and the run of the clock it is in; the runs are counted,
         # the current one spans the stamps given.
         self._newest: Dict[str, Tuple[float, int]] = {}
@@ -70,7 +79,7 @@ class ConventionChecker:
         # Clock jumps seen, the last as (newest stamp before, stamp after); samples refused.
         self.jump_count = 0
         self.last_jump: Optional[Tuple[float, float]] = None
-        self.rejected = {'IMU': 0, 'odometry': 0}
+        self.rejected = {'IMU': 0, 'odometry': 0, 'PWM': 0}
 
     def add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         """Add one sensor_msgs/Imu: angular_velocity and linear_acceleration as published."""
@@ -89,6 +98,15 @@ class ConventionChecker:
             if self._admitted(sample, 'odometry'):
                 self._odometry.append(sample)
                 self._trim(self._odometry)
+
+    def add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
+        """Add the PWM SITL sent (us per SERVO channel) and the physics time it applies at."""
+        channels = tuple(float(v) for v in pwm[:PWM_CHANNELS])
+        sample = (float(stamp), *channels, *(0.0,) * (PWM_CHANNELS - len(channels)))
+        with self._lock:
+            if self._admitted(sample, 'PWM'):
+                self._pwm.append(sample)
+                self._trim(self._pwm)
 
     def _admitted(self, sample: Tuple[float, ...], name: str) -> bool:
         """
@@ -114,6 +132,7 @@ class ConventionChecker:
                 self._imu.clear()
                 self._odometry.clear()
                 self._clock.clear()
+                self._pwm.clear()
             newest = None
         elif run != self._run:
             if not in_run:
@@ -129,6 +148,7 @@ class ConventionChecker:
             self._imu.clear()
             self._odometry.clear()
             self._clock.clear()
+            self._pwm.clear()
             self._newest.clear()
             self._run_span = (math.inf, -math.inf)
             self.rejected = dict.fromkeys(self.rejected, 0)
@@ -148,6 +168,7 @@ class ConventionChecker:
             imu = np.array(self._imu, dtype=float)
             odometry = np.array(self._odometry, dtype=float)
             clock = np.array(self._clock, dtype=float).reshape(-1, 2)
+            pwm = np.array(self._pwm, dtype=float).reshape(-1, PWM_CHANNELS + 1)
         if len(imu) < 20 or len(odometry) < 20:
             return [Check('samples', UNDECIDED, f'{len(imu)} IMU and {len(odometry)} '
                                                 'odometry samples',
@@ -179,6 +200,9 @@ class ConventionChecker:
         results.append(self._gravity(imu, motion))
         results.append(self._twist(motion))
         results += self._time_checks(imu, motion, clock)
+        if len(pwm):
+            results.append(layout_check(self.vehicle, advancing(pwm), imu, odometry,
+                                        motion.roll_pitch_frd()))
         return results
 
     def _time_checks(self, imu: np.ndarray, motion: Motion, clock: np.ndarray) -> List[Check]:
@@ -251,6 +275,10 @@ class ConventionChecker:
         else:
             checks.append(Check(names[1], OK, f'gyro fits the attitude rates to '
                                               f'{relative:.1%}'))
+        spread = np.linalg.svd(rates, compute_uv=False)
+        if spread[1] < ONE_AXIS * spread[0]:
+            checks.append(self._one_axis_mounting(gyro, rates, rotation))
+            return checks
         angles = rounded_angles(matrix_rpy(mounting))
         measured = f'sensor at rpy {list(angles)} deg in the body, fit to {relative:.1%}'
         if relative > 0.3:
@@ -264,6 +292,22 @@ class ConventionChecker:
         if relative <= 0.3:
             self._fitted_mounting = degrees_matrix(angles)
         return checks
+
+    def _one_axis_mounting(self, gyro: np.ndarray, rates: np.ndarray, rotation: float) -> Check:
+        """
+        Judge the mounting from a turn about one axis (a rover's yaw, a plane's roll).
+
+        Any rotation about that axis fits as well as none: no mounting can be fitted, only
+        the configured one confirmed.
+        """
+        configured = degrees_matrix(self.mounting_rpy)
+        fit = rms(gyro @ configured.T - rates) / rotation
+        measured = (f'rotation about one axis only; imu_mounting_rpy {list(self.mounting_rpy)} '
+                    f'fits to {fit:.1%}')
+        if fit > 0.3:
+            return Check('imu mounting', UNDECIDED, measured + ': turn about two axes to decide')
+        self._fitted_mounting = configured
+        return Check('imu mounting', OK, measured)
 
     @staticmethod
     def _mounting_fit(gyro: np.ndarray, rates: np.ndarray) -> Tuple[float, np.ndarray]:

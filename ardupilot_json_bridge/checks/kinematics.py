@@ -123,3 +123,11 @@ class Motion:
         rotations = quaternion_matrices(orientation)
         steps = relative_rotations(rotations[:-1], rotations[1:])
         return rotation_vectors(steps) / np.diff(self.stamps)[:, None]
+
+    def roll_pitch_frd(self) -> np.ndarray:
+        """Return roll and pitch (rad) at each stamp as ArduPilot's FRD body reads them."""
+        r = self.rotations
+        roll = np.arctan2(r[:, 2, 1], r[:, 2, 2])
+        # FLU's pitch turns the nose down: FRD's is its negative.
+        pitch = np.arcsin(np.clip(r[:, 2, 0], -1.0, 1.0))
+        return np.stack([roll, pitch], axis=1)
