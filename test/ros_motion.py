@@ -73,7 +73,7 @@ def _rotation(stream: Stream, t: float) -> Rotation:
 
 
 def _impact(stream: Stream, t: float, order: int) -> np.ndarray:
-    """The landing's share of position, velocity or acceleration: IMPACT_SPEED up in a jolt."""
+    """Return the landing's share of position, velocity or acceleration (IMPACT_SPEED up)."""
     if not stream.impact:
         return np.zeros(3)
     x = (t - stream.impact) / IMPACT_TIME

@@ -30,15 +30,18 @@ fly_plane = lru_cache(maxsize=None)(mixed_flight.fly_plane)
 drive_rover = lru_cache(maxsize=None)(mixed_flight.drive_rover)
 
 
-def judged(record: mixed_flight.Record, vehicle: Optional[str] = None) -> List[Check]:
-    checker = ConventionChecker(window=30.0, vehicle=vehicle)
+def filled(checker: ConventionChecker, record: mixed_flight.Record) -> ConventionChecker:
     for sample in record.imu:
         checker.add_imu(*sample)
     for sample in record.odometry:
         checker.add_odometry(*sample)
     for sample in record.pwm:
         checker.add_pwm(*sample)
-    return checker.checks()
+    return checker
+
+
+def judged(record: mixed_flight.Record, vehicle: Optional[str] = None) -> List[Check]:
+    return filled(ConventionChecker(window=30.0, vehicle=vehicle), record).checks()
 
 
 def layout(checks: List[Check]) -> Check:
@@ -157,13 +160,7 @@ def test_check_command_names_a_reversed_aileron_with_vehicle_plane(tmp_path):
 def test_live_judge_warns_once_of_the_layout(caplog):
     checker = ConventionChecker(window=30.0)
     live = LiveConventions(checker, logging.getLogger('test.layout'))
-    record = fly_quad(mixed_flight.Flight(mixer='PLUS'))
-    for sample in record.imu:
-        checker.add_imu(*sample)
-    for sample in record.odometry:
-        checker.add_odometry(*sample)
-    for sample in record.pwm:
-        checker.add_pwm(*sample)
+    filled(checker, fly_quad(mixed_flight.Flight(mixer='PLUS')))
     with caplog.at_level(logging.WARNING, logger='test.layout'):
         live.judge()
         live.judge()

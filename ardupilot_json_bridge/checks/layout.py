@@ -94,6 +94,7 @@ def named(scores: Dict[str, float]) -> Optional[str]:
 
 
 def scores_text(scores: Dict[str, float]) -> str:
+    """Return the scores, best first ('-' for a layout that does not fit at all)."""
     return ', '.join(f'{name} {value:.2f}' if math.isfinite(value) else f'{name} -'
                      for name, value in sorted(scores.items(), key=lambda item: item[1]))
 
@@ -219,7 +220,7 @@ def sign_check(name: str, channel: np.ndarray, response: np.ndarray, expected: s
 
 def plane_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray,
                 gyro: np.ndarray) -> Check:
-    """Does the aileron (SERVO1, ArduPlane's default) roll right for a higher PWM?"""
+    """Judge whether the aileron (SERVO1, ArduPlane's default) rolls right for more PWM."""
     edges = np.arange(pwm_stamps[0], pwm_stamps[-1], BIN)
     aileron = binned(pwm_stamps, pwm[:, :1].astype(float), edges)[:, 0]
     roll_rate = binned(gyro_stamps, gyro[:, :1], edges)[:, 0]
@@ -239,7 +240,7 @@ def plane_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray
 
 def rover_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray,
                 gyro: np.ndarray, odometry_stamps: np.ndarray, forward: np.ndarray) -> Check:
-    """While moving, does more steering PWM (SERVO1, ArduRover's default) turn right?"""
+    """Judge whether more steering PWM (SERVO1, ArduRover's default) turns right, moving."""
     steering = pwm[:, 0].astype(float)
     yaw_rate = np.interp(pwm_stamps, gyro_stamps, gyro[:, 2])
     speed = np.interp(pwm_stamps, odometry_stamps, forward)
@@ -259,10 +260,12 @@ def rover_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray
 def layout_check(vehicle: Optional[str], pwm: np.ndarray, imu: np.ndarray,
                  odometry: np.ndarray, attitude: np.ndarray) -> Check:
     """
-    Return the layout verdict of a window: PWM rows (stamp, channels...), IMU rows (stamp,
-    gyro, accel), odometry rows (stamp, position, x-y-z-w, twist), FRD roll and pitch (rad)
-    at the odometry stamps. vehicle: 'copter', 'plane', 'rover' or None (a copter's layouts
-    are tried, and a vehicle none fits is left undecided).
+    Return the layout verdict of a window of samples.
+
+    PWM rows (stamp, channels...), IMU rows (stamp, gyro, accel), odometry rows (stamp,
+    position, x-y-z-w, twist), FRD roll and pitch (rad) at the odometry stamps. vehicle:
+    'copter', 'plane', 'rover' or None (a copter's layouts are tried, and a vehicle none fits
+    is left undecided).
     """
     if len(pwm) < 50:
         return Check(NAME, UNDECIDED, f'{len(pwm)} PWM frames: record servo_pwm to decide')
