@@ -235,7 +235,9 @@ class ConventionChecker:
         self._w_first, self._gyro_scale, self._fitted_mounting = False, 1.0, None
         rates = motion.body_rates(motion.orientation)
         gyro = interval_means(imu[:, 0], imu[:, 1:4], motion.stamps[:-1], motion.stamps[1:])
-        kept = calm((gyro, rates), JOLT_RATE_FLOOR)
+        # A jolt the gyro and the attitude disagree on (their stamps apart) is left out; one
+        # they agree on is motion like any other.
+        kept = calm((gyro - rates,), JOLT_RATE_FLOOR)
         rates, gyro = rates[kept], gyro[kept]
         rotation = rms(rates)
         names = ('units: gyro', 'quaternion: order and motion', 'imu mounting')
