@@ -35,11 +35,13 @@ MIN_REGULAR_SHARE = 0.5
 SEGMENT = 0.5
 MIN_SEGMENT_SAMPLES = 5
 # IMU-to-odometry offsets searched (s), the coarse and fine steps (s), the odometry
-# intervals compared (s, at most how many), and the fit needed to decide.
+# intervals compared (s, at most how many; turning at most MAX_INTERVAL_TURN rad), and the
+# fit needed to decide.
 MAX_OFFSET = 0.25
 COARSE_STEP = 0.01
 FINE_STEP = 0.001
 OFFSET_INTERVAL = 0.02
+MAX_INTERVAL_TURN = 1.0
 OFFSET_STEPS = 500
 OFFSET_FIT = 0.3
 # Stamps further than this from the clock (s) are on another clock altogether.
@@ -179,7 +181,13 @@ def offset_intervals(motion: Motion) -> Tuple[np.ndarray, np.ndarray, np.ndarray
     Intervals of many IMU samples: one of a sample or two would keep the noise of the
     samples it happens to cover, which favours lags that line the grids up.
     """
-    span = max(1, int(round(OFFSET_INTERVAL * median_rate(motion.stamps))))
+    rate = median_rate(motion.stamps)
+    span = max(1, int(round(OFFSET_INTERVAL * rate)))
+    # A turn of half a revolution or more within an interval reads as a smaller one: a
+    # spinning vehicle gets shorter intervals.
+    fastest = float(np.max(np.linalg.norm(motion.body_rates(motion.orientation), axis=1)))
+    if fastest * span / rate > MAX_INTERVAL_TURN:
+        span = max(1, int(MAX_INTERVAL_TURN * rate / fastest))
     first = np.arange(0, len(motion.stamps) - span)
     first = first[::max(1, len(first) // OFFSET_STEPS)]
     last = first + span
