@@ -13,6 +13,7 @@ from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, S
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from conftest import free_udp_port
+from sitl_peer import parse_reply, SitlFrameRate, SitlPeer
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 
@@ -126,6 +127,53 @@ def test_on_the_grid_the_first_reply_is_time_zero_however_long_it_waited(make_li
         feed(link, k * 0.004)
     assert [peer.step()['timestamp'] * 1200 for _ in range(3)] == pytest.approx([1, 2, 3])
     assert link.stats.skipped == 0
+
+
+def test_catching_up_with_physics_never_jumps_sitls_clock(make_link, caplog):
+    # SITL stalls for 80 ms (a loaded machine) while the simulator runs on. A reply whose
+    # timestamp jumped 80 ms would set SITL's frame rate to 12.5 Hz (SIM_JSON.cpp: 1 / step),
+    # the next packets would say so, and a link following them would hold SITL near that
+    # rate for seconds. Catching up must pass physics over, not SITL's time.
+    link = make_link(StateSettings(pacing=GRID, max_backlog=0.05), fresh_timeout=0.5)
+    sitl = SitlFrameRate(1200.0)
+    peer = SitlPeer(link.address[1], clock=sitl)
+    physics = [0]                      # the newest 1 kHz sample pushed, in ms
+
+    def run_physics(until: float) -> None:
+        while physics[0] * 0.001 < until:
+            physics[0] += 1
+            feed(link, physics[0] * 0.001)
+
+    def frame() -> float:
+        for _ in range(100):
+            peer.send()
+            datagram = peer.receive(0.05)
+            if datagram is not None:
+                timestamp = parse_reply(datagram)['timestamp']
+                peer.frame_count += 1
+                sitl.accept(timestamp)
+                return timestamp
+            run_physics(physics[0] * 0.001 + 0.001)   # the frame waits for physics
+        raise AssertionError('the link stopped answering')
+
+    try:
+        run_physics(0.02)
+        timestamps = [frame() for _ in range(20)]
+        with caplog.at_level(logging.WARNING):
+            run_physics(physics[0] * 0.001 + 0.08)    # SITL stalled, the simulator did not
+            for _ in range(300):
+                timestamps.append(frame())
+                run_physics(physics[0] * 0.001 + timestamps[-1] - timestamps[-2])
+    finally:
+        peer.close()
+    steps = [b - a for a, b in zip(timestamps, timestamps[1:])]
+    assert link.stats.skipped >= 0.025 * 1200, link.stats.skipped
+    assert max(steps) == pytest.approx(1 / 1200), (
+        f'a step of {max(steps) * 1000:.1f} ms took SITL to {sitl.lowest:.0f} Hz; '
+        f'{sitl.rate_hz:.0f} Hz 300 frames later')
+    assert sitl.lowest >= 1199.0
+    warnings = [r.getMessage() for r in caplog.records if 'behind physics' in r.getMessage()]
+    assert len(warnings) == 1 and 'lower SIM_RATE_HZ' in warnings[0], warnings
 
 
 def test_waits_for_fresh_physics_rather_than_repeating_a_timestamp(make_link, make_peer):

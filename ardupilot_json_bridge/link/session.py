@@ -7,7 +7,9 @@ instant served in the session, so SITL's clock starts at 0 and never sees epoch 
 
 On the frame grid (free-running sources), reply k describes the source instant
 origin + k / frame_rate and carries the timestamp k / frame_rate; a change of SITL's frame
-rate re-bases the grid at the current instant, so every step is exactly one frame period.
+rate re-bases the grid at the current instant, and so does catching up with a source that ran
+ahead (the source instant moves on, the timestamp does not), so every step is exactly one frame
+period.
 """
 
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ class FrameVerdict:
 class FrameGrid:
     """SITL's frame instants in source time, and their session timestamps."""
 
-    __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index')
+    __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index', 'passed_over')
 
     def __init__(self, stamp: float, rate: int) -> None:
         """Start a grid whose first frame is at source time stamp and session time 0."""
@@ -47,6 +49,7 @@ class FrameGrid:
         self.base_timestamp = 0.0
         self.rate = rate or DEFAULT_FRAME_RATE
         self.index = -1
+        self.passed_over = 0.0     # source seconds skipped: how far SITL's clock lags the source
 
     def next_instant(self, rate: int) -> float:
         """Return the source instant of the next frame, re-basing first if the rate changed."""
@@ -67,8 +70,13 @@ class FrameGrid:
 
     def skip_to(self, stamp: float) -> int:
         """
-        Move forward to the last frame at or before stamp; return the frames passed over.
+        Move the next frame's source instant to the last grid instant at or before stamp.
 
+        Returns the frames passed over. The timestamps do not move: SITL's clock still steps
+        by one frame, because SITL sets its frame rate from each step (1 / step, SIM_JSON.cpp),
+        reports that rate back in its servo packets, and from there climbs back by only 1 Hz
+        per frame; a jump of tens of ms would leave it at tens of Hz for seconds. SITL's clock
+        falls behind the source's by the frames passed over, as a slow SITL's does anyway.
         Before any frame is answered none is passed over: the grid starts again at stamp, so
         the session's first reply is still time 0.
         """
@@ -77,7 +85,8 @@ class FrameGrid:
             return 0
         frames = math.floor((stamp - self.stamp_of(self.index + 1)) * self.rate + 1e-9)
         if frames > 0:
-            self.index += frames
+            self.base_stamp += frames / self.rate
+            self.passed_over += frames / self.rate
             return frames
         return 0
 

@@ -29,6 +29,17 @@ FrameCallback = Callable[[ServoPacket], None]
 RestartCallback = Callable[[], None]
 
 
+def falling_behind(grid: FrameGrid, skipped: int, max_backlog: float) -> str:
+    """Say in one line that SITL could not keep up with the source, and what to change."""
+    return (f'SITL fell more than max_backlog ({max_backlog} s) behind physics: passed over '
+            f'{skipped} frame(s) ({skipped / grid.rate:.3f} s) of physics to catch up, with '
+            "SITL's clock still stepping one frame at a time; it now runs "
+            f'{grid.passed_over:.2f} s behind the simulator. SITL and the bridge cannot keep up: '
+            'give them more CPU (fewer busy processes than cores), lower SIM_RATE_HZ (not below '
+            "the vehicle's loop rate, 400 for Copter) or run the simulator slower than real "
+            'time')
+
+
 class LinkError(RuntimeError):
     """The link cannot run; the message says why and what to do."""
 
@@ -278,10 +289,8 @@ class SitlLink:
             skipped = grid.skip_to(newest)
             if skipped:
                 self.stats.skipped += skipped
-                self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
-                                                 f'{state.settings.max_backlog} s behind '
-                                                 f'physics: skipped {skipped} frame(s) to '
-                                                 'catch up')
+                message = falling_behind(grid, skipped, state.settings.max_backlog)
+                self.warnings.warning('skipped', self._prefix + message)
             stamp = grid.next_instant(packet.frame_rate)
         result = state.wait_for_stamp(stamp, timeout)
         if isinstance(result, Unavailable):
