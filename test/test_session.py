@@ -2,7 +2,7 @@
 
 import pytest
 
-from ardupilot_json_bridge.link.session import FrameKind, SitlSession
+from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, SitlSession
 
 
 def answered(session, frame, stamp, sequence=1):
@@ -46,3 +46,16 @@ def test_time_going_back_keeps_sitl_clock_running():
     assert timestamp == pytest.approx(0.02)
     session.record_reply(2, b'', 3, 2.0, timestamp)
     assert session.timestamp_for(2.01) == pytest.approx(0.03)
+
+
+def test_skipping_ahead_moves_the_source_instant_and_not_the_timestamp():
+    grid = FrameGrid(5.0, 1200)
+    for _ in range(11):
+        grid.next_instant(1200)
+        grid.advance()
+    # Eleven frames answered (source 5.0 .. 5.0 + 10/1200); physics is now at 5.1 s.
+    assert grid.skip_to(5.1) == 109              # (5.1 - (5.0 + 11 / 1200)) * 1200
+    assert grid.next_instant(1200) == pytest.approx(5.1)
+    assert grid.timestamp_of(grid.index + 1) == pytest.approx(11 / 1200)
+    assert grid.passed_over == pytest.approx(109 / 1200)
+    assert grid.skip_to(5.1005) == 0             # less than one frame ahead: nothing to pass
