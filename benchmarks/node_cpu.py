@@ -100,7 +100,7 @@ def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) ->
     report = json.loads(outputs['bare'].strip().splitlines()[-1])
     return {'cpu': cpu, 'gyro_rate': gyro_rate, 'loop_rate': loop_rate,
             'long_loops': long_loops, 'bare': report,
-            'skips': outputs['node'].count('skipped'),
+            'skips': outputs['node'].count('behind physics'),
             'slow': sitl_log.count('Main loop slow')}
 
 
