@@ -149,7 +149,7 @@ class FlightRecord:
 
     @property
     def frame(self) -> Optional[str]:
-        """SITL's "Frame: ..." boot message (the motor layout it mixes for), if it came."""
+        """Return SITL's "Frame: ..." boot message (the motor layout it mixes for), if it came."""
         return next((text for text in self.texts if text.startswith('Frame: ')), None)
 
     def worst_hover_error(self, altitude: float) -> float:
