@@ -98,14 +98,16 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
     tail = sitl_flight.tail
     figures = (f'SITL gyro rate {gyro_rate} Hz, loop rate {loop_rate} Hz, {long_loops} long '
                f'loops; node: {frames_line(node_output)}')
+    print(f'\n{imu_rate} Hz IMU: {figures}')
     assert node.returncode == 0 and sim.returncode == 0, tail(node_output + sim_output)
     assert record.frame == 'Frame: QUAD/X', record.texts
-    assert record.armed and record.reached, (record.texts[-20:], tail(node_output), tail(log),
-                                             figures)
+    assert record.armed and record.reached, '\n'.join([
+        figures, 'SITL said: ' + ' | '.join(record.texts[-20:]), 'node: ' + tail(node_output),
+        'SITL: ' + tail(log)])
     assert record.sim_seconds >= 5.0
-    assert record.worst_hover_error(5.0) < 0.5, (record.hover[-5:], figures)
+    assert record.worst_hover_error(5.0) < 0.5, f'{figures}; last samples {record.hover[-5:]}'
     # SITL's altitude against the simulator's
-    assert record.worst_truth_error() < 0.5, (record.hover[-5:], figures)
+    assert record.worst_truth_error() < 0.5, f'{figures}; last samples {record.hover[-5:]}'
     assert record.landed, record.texts[-20:]
     assert 'Traceback' not in node_output + sim_output, tail(node_output + sim_output)
     # The live convention checks judged the simulator's REP-103 output: no check turned wrong.
