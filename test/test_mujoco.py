@@ -27,11 +27,6 @@ from conftest import free_udp_port, motor_command, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
-try:
-    import rosbags  # noqa: F401
-    HAVE_ROSBAGS = True
-except ImportError:
-    HAVE_ROSBAGS = False
 HOVER_SPEED = math.sqrt(1.21 * 9.80665 / 4 / 1.6758e-5)
 
 
@@ -238,9 +233,11 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
 def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
+    pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
-    with lock_step_engine(3, checker, recording if HAVE_ROSBAGS else None) as height, \
+    with lock_step_engine(3, checker, recording) as height, \
             sitl_flight.Sitl(instance=3, speedup=2) as sitl:
         record = sitl_flight.fly(sitl, 5.0, 5.0, height, leg=5.0)
         log = sitl.log()
@@ -256,15 +253,14 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     print(f'lock-step flight: {record.sim_seconds:.1f} s of hover in {record.wall_seconds:.1f} s; '
           f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
           f'{record.worst_truth_error():.3f} m')
-    if HAVE_ROSBAGS:
-        # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
-        capsys.readouterr()
-        assert main(['check', recording]) == 0
-        table = capsys.readouterr().out
-        with capsys.disabled():
-            print(f'\nthe recorded flight, checked:\n{table}')
-        for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
-            assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table
+    # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
+    capsys.readouterr()
+    assert main(['check', recording]) == 0
+    table = capsys.readouterr().out
+    with capsys.disabled():
+        print(f'\nthe recorded flight, checked:\n{table}')
+    for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
+        assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table
 
 
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
