@@ -2,9 +2,12 @@
 Gazebo Harmonic, ros_gz_bridge and the bridge for the example quad X.
 
 ros2 launch ardupilot_json_bridge gazebo.launch.py, then
-sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 (instance 0). ros_gz_sim is
-found when the launch runs, so the description loads (--show-args, --print-description)
-without ros_gz, and a missing ros_gz is one launch error.
+sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 \
+    --add-param-file=<share>/config/quad_x.parm
+(instance 0; <share> is `ros2 pkg prefix ardupilot_json_bridge`/share/ardupilot_json_bridge;
+quad_x.parm makes SITL mix for the quad X, not copter.parm's PLUS). ros_gz_sim is found when
+the launch runs, so the description loads (--show-args, --print-description) without ros_gz,
+and a missing ros_gz is one launch error.
 """
 
 import os
