@@ -132,15 +132,12 @@ def launch(file: str, *arguments: str) -> Running:
 
 def start_sitl(instance: int):
     """
-    Real ArduCopter on instance, the project's quad X: copter.parm with quad-x.parm.
+    Real ArduCopter on instance as the project starts it (copter.parm, then quad_x.parm).
 
-    The one place the tests start SITL for a launched vehicle (sitl_flight.Sitl underneath).
+    The one place the ROS 2 tests start SITL (sitl_flight.Sitl underneath).
     """
     import sitl_flight
-    folder = os.environ[sitl_flight.SITL_DIR_VARIABLE]
-    frame = os.path.join(folder, 'quad-x.parm')
-    extra = open(frame).read() if os.path.isfile(frame) else 'FRAME_CLASS 1\nFRAME_TYPE 1\n'
-    return sitl_flight.Sitl(instance=instance, speedup=1, extra_parameters=extra)
+    return sitl_flight.Sitl(instance=instance, speedup=1)
 
 
 def free_instances(count: int) -> List[int]:

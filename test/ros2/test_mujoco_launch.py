@@ -71,12 +71,12 @@ def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedF
         try:
             with start_sitl(instance) as sitl:
                 try:
-                    records[instance] = sitl_flight.fly(sitl.mavlink_port, ALTITUDE, HOLD,
+                    records[instance] = sitl_flight.fly(sitl, ALTITUDE, HOLD,
                                                         lambda: truth.height)
                 finally:
                     logs[instance] = sitl.log()
-        except OSError as error:
-            logs[instance] = logs.get(instance, '') + f'\nno MAVLink from SITL: {error}'
+        except (OSError, sitl_flight.SitlDied) as error:
+            logs[instance] = logs.get(instance, '') + f'\nSITL: {error}'
         finally:
             truth.close()
 
