@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid) or an '
                                         "MJCF file; a shipped vehicle's preset is the default "
                                         '--config')
+    engine.add_argument('--wind', metavar='EAST,NORTH[,UP]',
+                        help='steady wind in m/s (ENU) for a model with aerodynamics (the '
+                             'plane); SITL hears it through the airspeed')
+    engine.add_argument('--gust', type=float, default=0.0, metavar='M/S',
+                        help='standard deviation of the gusts about the steady wind')
     engine.add_argument('--viewer', action='store_true',
                         help="open MuJoCo's passive viewer (needs a display)")
     engine.add_argument('--group', help='the one output group of the preset that drives '
@@ -225,7 +230,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
     from ardupilot_json_bridge.sources.mujoco_vehicle import (
-        DEFAULT_VEHICLE, MujocoVehicle, shipped_model)
+        DEFAULT_VEHICLE, engine_wind, MujocoVehicle, shipped_model)
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
@@ -242,6 +247,8 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                           f'{", ".join(groups) or "none"})')
     driving = [groups[args.group]] if args.group else list(config.outputs)
     vehicle = MujocoVehicle(path)
+    if args.wind or args.gust:
+        vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
     state = SensorState(replace(config.state, pacing=SAMPLES))
     # The vehicle's readings are REP-103 as they are: the checks' defaults.
     conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))

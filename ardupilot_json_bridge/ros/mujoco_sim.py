@@ -7,7 +7,10 @@ actuators' commands on the topics its preset's output groups name, as the bridge
 them: the quad's rotor speeds in rad/s on `command/motor_speed` (std_msgs/Float64MultiArray as
 ros2_control forward controllers take, or actuator_msgs/Actuators velocity as Gazebo's
 MulticopterMotorModel does), the rover's steering and wheel joints on its controllers' command
-topics. Topics are relative, so namespaces apply. Physics runs in a thread paced to the wall
+topics. A vehicle with aerodynamics (the plane) also
+publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3Stamped, ENU,
+m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
+relative, so namespaces apply. Physics runs in a thread paced to the wall
 clock by sleeping.
 """
 
@@ -18,6 +21,7 @@ import threading
 import time
 from typing import Any, List, Optional, Sequence
 
+from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
 from rclpy.node import Node
@@ -33,6 +37,7 @@ from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.node import run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     DEFAULT_VEHICLE, MODELS_DIR, MujocoVehicle, VehicleError, VEHICLES)
+from ardupilot_json_bridge.sources.wind import Wind
 
 # Commands: reliable, as the bridge publishes them.
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
@@ -62,8 +67,22 @@ class MujocoSim(Node):
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
+        wind = list(self.declare_parameter('wind', [0.0, 0.0, 0.0]).value)
+        gust = float(self.declare_parameter('gust', 0.0).value)
         shipped = VEHICLES[name]
         self.vehicle = MujocoVehicle(model or os.path.join(MODELS_DIR, shipped.model))
+        self._air = None
+        if self.vehicle.aero is not None:
+            try:
+                self.vehicle.wind = Wind(wind, gust)
+            except ValueError as error:
+                raise ValueError(str(error)) from None
+            self._air = (self.create_publisher(Float64, 'airspeed', SENSOR_QOS),
+                         self.create_publisher(Vector3Stamped, 'wind', SENSOR_QOS),
+                         Float64(), Vector3Stamped())
+            self._air[3].header.frame_id = self.frame_id
+        elif any(wind) or gust:
+            raise ValueError(f'wind: {self.vehicle.path} has no aerodynamics to feel a wind')
         groups = command_groups(preset or shipped_preset(shipped.preset), command_type)
         self.odom_every = max(1, round(self.rate / odom_rate))
         self.imu_publisher = self.create_publisher(Imu, 'imu', SENSOR_QOS)
@@ -178,6 +197,13 @@ class MujocoSim(Node):
             twist.linear.x, twist.linear.y, twist.linear.z = state.body_velocity
             twist.angular.x, twist.angular.y, twist.angular.z = state.body_rates
             self.odom_publisher.publish(odom)
+            if self._air is not None:
+                airspeed_publisher, wind_publisher, airspeed, wind = self._air
+                airspeed.data = float(state.airspeed)
+                airspeed_publisher.publish(airspeed)
+                wind.header.stamp = clock.clock
+                wind.vector.x, wind.vector.y, wind.vector.z = state.wind
+                wind_publisher.publish(wind)
 
     def destroy_node(self) -> None:
         """Stop the physics thread before the node goes."""

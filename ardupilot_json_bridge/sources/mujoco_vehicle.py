@@ -111,6 +111,22 @@ def shipped_model(name_or_path: str) -> Tuple[str, Optional[ShippedVehicle]]:
     return name_or_path, None
 
 
+def engine_wind(vehicle: 'MujocoVehicle', wind: Optional[str], gust: float) -> Wind:
+    """Return the wind asked for ('EAST,NORTH[,UP]' m/s and gusts) for a vehicle that feels it."""
+    if vehicle.aero is None:
+        raise VehicleError(f'--wind: {vehicle.path} has no aerodynamics to feel a wind')
+    try:
+        values = [float(v) for v in (wind or '0,0').split(',')]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise VehicleError(f'--wind: expected EAST,NORTH[,UP] in m/s, got {wind!r}')
+    try:
+        return Wind((values + [0.0])[:3], gust)
+    except ValueError as error:
+        raise VehicleError(f'--{error}') from None
+
+
 class MujocoVehicle:
     """One model and its data; advance() steps it by any whole number of model steps."""
 
