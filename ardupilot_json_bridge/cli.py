@@ -4,7 +4,6 @@ import argparse
 from dataclasses import asdict, replace
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,7 +14,8 @@ from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
 from ardupilot_json_bridge.checks.verdicts import format_table
 from ardupilot_json_bridge.config import (
-    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
+    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME,
+    shipped_preset)
 from ardupilot_json_bridge.core.settings import GRID, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
@@ -94,11 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Step a MuJoCo model once per SITL frame: PWM in through the preset's "
                     'output group, sensors out. Lock-step: SITL --speedup N runs it N times '
                     'faster than real time.')
-    engine.add_argument('model', nargs='?', help='MJCF model (default: the shipped quad X)')
+    engine.add_argument('model_path', nargs='?', metavar='MODEL',
+                        help='MJCF model file (default: the shipped quad X)')
+    engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid) or an '
+                                        "MJCF file; a shipped vehicle's preset is the default "
+                                        '--config')
+    engine.add_argument('--wind', metavar='EAST,NORTH[,UP]',
+                        help='steady wind in m/s (ENU) for a model with aerodynamics (the '
+                             'plane); SITL hears it through the airspeed')
+    engine.add_argument('--gust', type=float, default=0.0, metavar='M/S',
+                        help='standard deviation of the gusts about the steady wind')
     engine.add_argument('--viewer', action='store_true',
                         help="open MuJoCo's passive viewer (needs a display)")
-    engine.add_argument('--group', default='motors',
-                        help='output group of the preset that drives the rotors (motors)')
+    engine.add_argument('--group', help='the one output group of the preset that drives '
+                                        "the model's actuators (default: all its groups, in "
+                                        'order)')
     engine.add_argument('--record', metavar='BAG',
                         help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
                              'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
@@ -253,46 +263,48 @@ def serve(link: SitlLink, source, stop: threading.Event,
 
 def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
     """Return a shipped preset: beside the package in a checkout, under share/ when installed."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(here, '..', 'config'),
-                   os.path.join(sys.prefix, 'share', PACKAGE, 'config')):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return os.path.normpath(path)
-    return None
+    return shipped_preset(name)
 
 
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
-    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
+    from ardupilot_json_bridge.sources.mujoco_vehicle import (
+        DEFAULT_VEHICLE, engine_wind, MujocoVehicle, shipped_model)
     from ardupilot_json_bridge.sources.replay import resolve_topic
-    from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
-    preset = args.config or default_preset()
+    if args.model and args.model_path:
+        raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
+    path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
+    preset = args.config or default_preset(shipped.preset if shipped else 'mujoco_quad_x.yaml')
     if preset is None:
-        raise ConfigError('--config: the quad_x preset was not found; name a ros__parameters '
-                          'file with an output group for the rotors')
+        raise ConfigError('--config: the shipped preset was not found; name a ros__parameters '
+                          "file with output groups for the model's actuators")
     config = load_config(preset, '', {
         'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
     groups = {group.name: group for group in config.outputs}
-    if args.group not in groups:
+    if args.group is not None and args.group not in groups:
         raise ConfigError(f'--group: {preset} has no output group {args.group!r} (it has '
                           f'{", ".join(groups) or "none"})')
-    vehicle = MujocoVehicle(args.model or DEFAULT_MODEL)
+    driving = [groups[args.group]] if args.group else list(config.outputs)
+    vehicle = MujocoVehicle(path)
+    if args.wind or args.gust:
+        vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
     state = SensorState(replace(config.state, pacing=SAMPLES))
     # The vehicle's readings are REP-103 as they are: the checks' defaults.
     conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))
-    recorder = (FlightRecorder(args.record, resolve_topic('', groups[args.group].topic))
+    # One group's commands are recorded on its topic; several groups' all together, in order.
+    command_topic = driving[0].topic if len(driving) == 1 else 'commands'
+    recorder = (FlightRecorder(args.record, resolve_topic('', command_topic))
                 if args.record else None)
-    source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer,
+    source = MujocoLockStep(vehicle, state, driving, viewer=args.viewer,
                             checker=conventions.checker, recorder=recorder)
     try:
         link = SitlLink(config.link, state, on_frame=source.on_frame,
                         on_restart=source.on_restart)
         logging.getLogger('ardupilot_json_bridge').info(
-            f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
-            f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
-            f'instance {config.link.instance}')
+            f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in lock-step '
+            f'with SITL instance {config.link.instance}')
         return serve(link, NoSource(), stop, conventions)
     finally:
         source.close()

@@ -1,12 +1,28 @@
 """
-A MuJoCo multirotor: rotor speeds in, ROS-convention sensors and truth out.
+A MuJoCo vehicle: actuator commands in, ROS-convention sensors and truth out.
 
 The engine behind `ardupilot-json-bridge mujoco` (lock-step) and the `mujoco_sim` node
-(free-running). Rotors take speed commands in rad/s, as Gazebo's MulticopterMotorModel does;
-each rotor's speed follows its command with a first-order lag, and its thrust is
-k_f w^2 along the body z axis, with the yaw reaction the model's gear gives. Models keep
-their rotor constants in MJCF <custom> numerics, so a new vehicle is one more model file.
-World ENU, body FLU: what a ROS simulator publishes.
+(free-running). World ENU, body FLU: what a ROS simulator publishes.
+
+What a vehicle needs (a boat or a sub is one more model file and one more preset):
+- An MJCF model in models/ (ours, no meshes) with an `imu` site carrying a `gyro` and an
+  `accelerometer` sensor, and a free joint first (qpos[0:7] is the vehicle's pose).
+- Its actuators, in the order the preset's output groups list their channels. Each takes its
+  command in the unit a ROS controller would send, and the MJCF element says which kind it is:
+  * a rotor (<general> or <motor>: no bias) takes a speed in rad/s, as Gazebo's
+    MulticopterMotorModel does; its speed follows the command with a first-order lag and its
+    force is k_f w^2 through the actuator's gear (thrust along an axis, yaw reaction). The
+    constants are <custom> numerics: rotor_thrust_coefficient, rotor_time_constant,
+    rotor_max_speed (rad/s).
+  * a joint position servo (<position>) takes radians, a joint velocity servo (<velocity>)
+    rad/s: MuJoCo's own servos, as ros2_control's forward position and velocity
+    controllers drive them.
+- Forces MuJoCo does not model (a wing's lift, a hull's drag) as a per-step force model named
+  by <custom><text name="forces" data="NAME"/>, one of FORCE_MODELS, with its coefficients as
+  more <custom> numerics. Force models feel the engine's wind (wind.py) and may report an
+  airspeed, which the lock-step and the node pass on to SITL.
+- An output preset in config/ mapping SERVO channels to those commands, and an entry in
+  VEHICLES naming both.
 """
 
 from dataclasses import dataclass
@@ -16,14 +32,21 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
+from ardupilot_json_bridge.sources.wind import Wind
+
 MODELS_DIR = os.path.join(os.path.dirname(__file__), 'models')
 DEFAULT_MODEL = os.path.join(MODELS_DIR, 'quad_x.xml')
+DEFAULT_VEHICLE = 'quad_x'
 MUJOCO_MISSING = ('the MuJoCo engine needs the mujoco package: pip install mujoco '
                   "(or pip install 'ardupilot_json_bridge[mujoco]')")
 
 
 class VehicleError(RuntimeError):
     """A model that cannot be loaded or flown; the message says what is wrong."""
+
+
+FORCE_MODELS = ('fixed_wing',)
 
 
 def _mujoco():
@@ -50,6 +73,58 @@ class VehicleState:
     body_velocity: Tuple[float, float, float]
     body_rates: Tuple[float, float, float]
     specific_force: Tuple[float, float, float]
+    wind: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    airspeed: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ShippedVehicle:
+    """A vehicle shipped with the package: its model in models/ and its preset in config/."""
+
+    model: str
+    preset: str
+    description: str
+
+
+VEHICLES = {
+    'quad_x': ShippedVehicle('quad_x.xml', 'mujoco_quad_x.yaml', 'quad X for ArduCopter'),
+    'rover': ShippedVehicle('rover.xml', 'mujoco_rover.yaml',
+                            'Ackermann rover for ArduRover (rover.parm)'),
+    'rover_skid': ShippedVehicle('rover_skid.xml', 'mujoco_rover_skid.yaml',
+                                 'skid-steer rover for ArduRover (rover.parm, '
+                                 'rover-skid.parm)'),
+    'plane': ShippedVehicle('plane.xml', 'mujoco_plane.yaml',
+                            'small electric plane for ArduPlane (plane.parm)'),
+}
+# Surfaces a fixed-wing model names its joints after: <surface> or <surface>_<anything>.
+SURFACES = ('aileron', 'elevator', 'rudder')
+
+
+def shipped_model(name_or_path: str) -> Tuple[str, Optional[ShippedVehicle]]:
+    """Return the MJCF path of a shipped vehicle's name (and the vehicle), or a path as given."""
+    vehicle = VEHICLES.get(name_or_path)
+    if vehicle is not None:
+        return os.path.join(MODELS_DIR, vehicle.model), vehicle
+    if not name_or_path.endswith('.xml') and not os.path.exists(name_or_path):
+        raise VehicleError(f'--model: {name_or_path!r} is neither a shipped vehicle '
+                           f'({", ".join(VEHICLES)}) nor an MJCF file')
+    return name_or_path, None
+
+
+def engine_wind(vehicle: 'MujocoVehicle', wind: Optional[str], gust: float) -> Wind:
+    """Return the wind asked for ('EAST,NORTH[,UP]' m/s and gusts) for a vehicle that feels it."""
+    if vehicle.aero is None:
+        raise VehicleError(f'--wind: {vehicle.path} has no aerodynamics to feel a wind')
+    try:
+        values = [float(v) for v in (wind or '0,0').split(',')]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise VehicleError(f'--wind: expected EAST,NORTH[,UP] in m/s, got {wind!r}')
+    try:
+        return Wind((values + [0.0])[:3], gust)
+    except ValueError as error:
+        raise VehicleError(f'--{error}') from None
 
 
 class MujocoVehicle:
@@ -64,16 +139,27 @@ class MujocoVehicle:
         self.data = mujoco.MjData(self.model)
         self.path = path
         self.nominal_step = float(self.model.opt.timestep)
-        self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
-        self.time_constant = self._numeric('rotor_time_constant')
-        self.max_speed = self._numeric('rotor_max_speed')
-        self.rotor_count = self.model.nu
-        if self.rotor_count == 0:
-            raise VehicleError(f'{path}: the model has no actuators (rotors)')
+        self.actuator_count = self.model.nu
+        if self.actuator_count == 0:
+            raise VehicleError(f'{path}: the model has no actuators')
+        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos.
+        self.rotors = np.asarray(self.model.actuator_biastype == mujoco.mjtBias.mjBIAS_NONE)
+        self.rotor_count = int(self.rotors.sum())
+        if self.rotor_count:
+            self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
+            self.time_constant = self._numeric('rotor_time_constant')
+            self.max_speed = self._numeric('rotor_max_speed')
+        limited = np.asarray(self.model.actuator_ctrllimited, dtype=bool)
+        ranges = np.asarray(self.model.actuator_ctrlrange, dtype=float)
+        self.lower = np.where(self.rotors, 0.0, np.where(limited, ranges[:, 0], -np.inf))
+        self.upper = np.where(self.rotors, getattr(self, 'max_speed', 0.0),
+                              np.where(limited, ranges[:, 1], np.inf))
         self._gyro = self._sensor('gyro')
         self._accel = self._sensor('accelerometer')
-        self.commands = np.zeros(self.rotor_count)
-        self.speeds = np.zeros(self.rotor_count)
+        self.wind = Wind()
+        self.aero = self._force_model()
+        self.commands = np.zeros(self.actuator_count)
+        self.speeds = np.zeros(self.actuator_count)
         self.steps = 0
         self.reset()
 
@@ -83,12 +169,36 @@ class MujocoVehicle:
             raise VehicleError(f'{self.path}: <custom><numeric name="{name}"> is missing')
         return float(self.model.numeric_data[self.model.numeric_adr[index]])
 
+    def _force_model(self) -> Optional[FixedWing]:
+        mujoco, model = self._mujoco, self.model
+        index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_TEXT, 'forces')
+        if index < 0:
+            return None
+        start = int(model.text_adr[index])
+        name = bytes(model.text_data[start:start + int(model.text_size[index]) - 1]).decode()
+        if name not in FORCE_MODELS:
+            raise VehicleError(f'{self.path}: <custom><text name="forces"> is {name!r}, not '
+                               f'one of {", ".join(FORCE_MODELS)}')
+        surfaces = {surface: [] for surface in SURFACES}
+        for joint in range(model.njnt):
+            joint_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, joint) or ''
+            surface = joint_name.split('_')[0]
+            if surface in surfaces:
+                surfaces[surface].append(int(model.jnt_qposadr[joint]))
+        return FixedWing(Coefficients.read(self._numeric), surfaces, body=1)
+
     def _sensor(self, name: str) -> slice:
         index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_SENSOR, name)
         if index < 0:
             raise VehicleError(f'{self.path}: sensor {name!r} is missing')
         start = int(self.model.sensor_adr[index])
         return slice(start, start + int(self.model.sensor_dim[index]))
+
+    def actuator_names(self) -> Tuple[str, ...]:
+        """Return the model's actuators' names in command order."""
+        mujoco = self._mujoco
+        return tuple(mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or str(i)
+                     for i in range(self.actuator_count))
 
     @property
     def time(self) -> float:
@@ -104,12 +214,17 @@ class MujocoVehicle:
         self.speeds[:] = 0.0
         self._mujoco.mj_forward(self.model, self.data)
 
-    def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
-        """Rotor speed commands in rad/s (rotor i is the model's actuator i)."""
-        values = np.asarray(speeds, dtype=float)[:self.rotor_count]
+    def set_commands(self, values: Sequence[float]) -> None:
+        """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
+        values = np.asarray(values, dtype=float)[:self.actuator_count]
         if not np.all(np.isfinite(values)):
-            raise VehicleError(f'rotor speed commands are not finite: {values.tolist()}')
-        self.commands[:len(values)] = np.clip(values, 0.0, self.max_speed)
+            raise VehicleError(f'actuator commands are not finite: {values.tolist()}')
+        count = len(values)
+        self.commands[:count] = np.clip(values, self.lower[:count], self.upper[:count])
+
+    def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
+        """Rotor speeds in rad/s: set_commands for a vehicle whose actuators are all rotors."""
+        self.set_commands(speeds)
 
     def advance(self, duration: float) -> None:
         """Step the physics by duration (a whole number of steps near the model's own)."""
@@ -117,10 +232,19 @@ class MujocoVehicle:
         count = max(1, round(duration / self.nominal_step))
         step = duration / count
         model.opt.timestep = step
-        blend = 1.0 - math.exp(-step / self.time_constant)
+        rotors, commands, speeds = self.rotors, self.commands, self.speeds
+        if self.rotor_count:
+            blend = 1.0 - math.exp(-step / self.time_constant)
+        else:
+            data.ctrl[:] = commands
+        aero, wind = self.aero, self.wind
         for _ in range(count):
-            self.speeds += blend * (self.commands - self.speeds)
-            data.ctrl[:] = self.thrust_coefficient * self.speeds * self.speeds
+            if aero is not None:
+                aero.apply(data.qpos, data.qvel, data.xfrc_applied, wind.step(step))
+            if self.rotor_count:
+                speeds += blend * (commands - speeds)
+                data.ctrl[:] = np.where(rotors, self.thrust_coefficient * speeds * speeds,
+                                        commands)
             mujoco.mj_step(model, data)
         self.steps += count
         mujoco.mj_forward(model, data)
@@ -140,7 +264,9 @@ class MujocoVehicle:
             orientation=(x, y, z, w), velocity=velocity,
             body_velocity=tuple(float(v) for v in body_velocity),
             body_rates=tuple(float(v) for v in sensors[self._gyro]),
-            specific_force=tuple(float(v) for v in sensors[self._accel]))
+            specific_force=tuple(float(v) for v in sensors[self._accel]),
+            wind=tuple(float(v) for v in self.wind.now),
+            airspeed=None if self.aero is None else self.aero.airspeed)
 
     def view(self) -> Optional[object]:
         """Show MuJoCo's passive viewer on this model, or None where no display can open."""
