@@ -100,7 +100,7 @@ def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they
     watcher, meter = monitor(), InputMeter('odometry')
     for i in range(10):
         meter.record(i * 0.01)
-    reason = ('odometry stamps are 1700000000.000 s ahead of the IMU\'s, another clock '
+    reason = ("odometry stamps are 1700000000.000 s ahead of the IMU's, another clock "
               '(...); stamp both with the physics time: start every node with use_sim_time')
     meter.unanswered, meter.fault = 240, reason
     status = watcher.input_status(meter, 0.1)

@@ -21,6 +21,6 @@ def clocks_apart(name: str, stamp: float, reference: str, reference_stamp: float
     """One line naming both clocks, their stamps, the offset and the fix."""
     offset = stamp - reference_stamp
     side = 'ahead of' if offset > 0.0 else 'behind'
-    return (f'{name} stamps are {abs(offset):.3f} s {side} the {reference}\'s, another clock '
+    return (f"{name} stamps are {abs(offset):.3f} s {side} the {reference}'s, another clock "
             f'({name} {stamp:.3f} s: {clock_name(stamp, wall_now)}; {reference} '
             f'{reference_stamp:.3f} s: {clock_name(reference_stamp, wall_now)}); {FIX}')

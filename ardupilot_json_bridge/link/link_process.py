@@ -33,12 +33,12 @@ from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.link.sitl_link import SitlLink
 from ardupilot_json_bridge.messages.cdr_writer import encode_uint16_array
 from ardupilot_json_bridge.messages.inputs import stamp_seconds
 from ardupilot_json_bridge.messages.routes import (
     deliver, IMU_TYPE, input_routes, InputRoute, ODOMETRY_TYPE, serialized,
     SERIALIZED_DECODERS)
-from ardupilot_json_bridge.link.sitl_link import SitlLink
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
 # The node's clock (s) as the IMU message that follows arrived: for the live clock check.
@@ -241,7 +241,7 @@ class PwmForwarder:
         self._lock = threading.Lock()
 
     def on_frame(self, packet: Any) -> None:
-        """The link's on_frame: called for every new frame, in the link thread."""
+        """Take a new frame's PWM (the link's on_frame, called in the link thread)."""
         pwm, now = packet.pwm, self._clock()
         if self._record:
             self._add_to_batch(encode_uint16_array(pwm), now)
@@ -294,7 +294,7 @@ class LiveChecks:
         observe_odometry(self.checker, message, stamp_seconds(message.header))
 
     def routes(self, config: BridgeConfig, state: SensorState) -> List[InputRoute]:
-        """The input routes, those of serialized types observed by the checks on the way."""
+        """Return the input routes; those of serialized types feed the checks on the way."""
         observers = {IMU_TYPE: self.on_imu, ODOMETRY_TYPE: self.on_odometry}
         return [serialized(route, observers[route.msgtype])
                 if route.msgtype in SERIALIZED_DECODERS else route
