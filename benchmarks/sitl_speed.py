@@ -1,0 +1,166 @@
+"""
+How fast real ArduCopter runs in lock-step with each backend, side by side in one run.
+
+    python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3]
+
+Needs ARDUPILOT_SITL_DIR (a folder with a prebuilt arducopter and its copter.parm) and
+pymavlink. Each backend flies the same SITL at --speedup 100 for --seconds of wall time, in
+rounds that alternate the backends; the figure is SITL's own clock (SYSTEM_TIME over MAVLink)
+per wall second:
+1. do-nothing: a Python JSON backend answering every frame with a pre-formatted reply of a
+   vehicle at rest (only the timestamp changes): the ceiling of any Python lock-step backend;
+2. mujoco: `ardupilot-json-bridge mujoco`, the built-in engine, with its live checks;
+3. quad: SITL's built-in `--model quad`, no backend at all.
+The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >= 0.8.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+SPEEDUP = 100
+WARMUP = 3.0
+MAGIC_16 = 18458
+REPLY = ('\n{{"timestamp":{:.6f},"imu":{{"gyro":[0,0,0],"accel_body":[0,0,-9.80665]}},'
+         '"position":[0,0,0],"velocity":[0,0,0],"quaternion":[1,0,0,0]}}\n')
+
+
+def sitl_folder() -> str:
+    folder = os.environ.get('ARDUPILOT_SITL_DIR', '')
+    if not os.access(os.path.join(folder, 'arducopter'), os.X_OK):
+        sys.exit('set ARDUPILOT_SITL_DIR to a folder with a prebuilt arducopter')
+    return folder
+
+
+def start_sitl(folder: str, model: str, scratch: str, quad_x: Optional[str]) -> subprocess.Popen:
+    """Start ArduCopter at SPEEDUP against model, in scratch, MAVLink on tcp 5760."""
+    defaults = os.path.join(folder, 'copter.parm') + (',' + quad_x if quad_x else '')
+    return subprocess.Popen(
+        [os.path.join(folder, 'arducopter'), '--model', model, '--speedup', str(SPEEDUP),
+         '-I0', '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
+        cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def do_nothing_backend() -> subprocess.Popen:
+    """Start a child process answering SITL on UDP 9002 with REPLY, a frame period a frame."""
+    code = f"""
+import socket, struct
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind(('127.0.0.1', 9002))
+last, time = -1, 0.0
+reply = b''
+while True:
+    data, peer = sock.recvfrom(1024)
+    if len(data) < 8 or struct.unpack_from('<H', data)[0] != {MAGIC_16}:
+        continue
+    rate, count = struct.unpack_from('<HI', data, 2)
+    if count != last:
+        if count < last:
+            time = 0.0
+        last = count
+        time += 1.0 / (rate or 1200)
+        reply = {REPLY!r}.format(time).encode()
+    sock.sendto(reply, peer)
+"""
+    return subprocess.Popen([sys.executable, '-c', code])
+
+
+def mujoco_backend() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
+                             '--log-level', 'warning'],
+                            stdout=subprocess.DEVNULL)
+
+
+def sim_rate(seconds: float) -> float:
+    """Return SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME)."""
+    from pymavlink import mavutil
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            mav = mavutil.mavlink_connection('tcp:127.0.0.1:5760', source_system=255,
+                                             autoreconnect=False)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    try:
+        mav.wait_heartbeat(timeout=30)
+        mav.mav.request_data_stream_send(mav.target_system, mav.target_component,
+                                         mavutil.mavlink.MAV_DATA_STREAM_ALL, 10, 1)
+
+        def boot_ms(until: float) -> Optional[int]:
+            newest = None
+            while time.monotonic() < until:
+                message = mav.recv_match(type='SYSTEM_TIME', blocking=True, timeout=0.2)
+                if message is not None:
+                    newest = message.time_boot_ms
+            return newest
+
+        boot_ms(time.monotonic() + WARMUP)
+        start_wall = time.monotonic()
+        start_ms = boot_ms(start_wall + 0.5)
+        end_ms = boot_ms(start_wall + seconds)
+        wall = time.monotonic() - start_wall
+        if start_ms is None or end_ms is None:
+            return 0.0
+        return (end_ms - start_ms) / 1000.0 / (wall - 0.25)
+    finally:
+        mav.close()
+
+
+def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str]) -> float:
+    scratch = tempfile.mkdtemp(prefix='sitl-speed-')
+    backend = {'do-nothing': do_nothing_backend, 'mujoco': mujoco_backend}.get(kind)
+    child = backend() if backend else None
+    model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
+    time.sleep(1.0 if child else 0.0)
+    sitl = start_sitl(folder, model, scratch, quad_x)
+    try:
+        return sim_rate(seconds)
+    finally:
+        for process in (sitl, child):
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--seconds', type=float, default=12.0)
+    parser.add_argument('--rounds', type=int, default=3)
+    args = parser.parse_args()
+    folder = sitl_folder()
+    here = os.path.dirname(os.path.abspath(__file__))
+    quad_x = os.path.join(here, '..', 'config', 'sitl', 'quad-x.parm')
+    quad_x = quad_x if os.path.isfile(quad_x) else None
+    kinds = ['do-nothing', 'mujoco', 'quad']
+    rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
+    for round_index in range(args.rounds):
+        for kind in kinds:
+            rates[kind].append(measure(kind, folder, args.seconds, quad_x))
+            print(f'round {round_index + 1}: {kind:10s} {rates[kind][-1]:6.2f} x real time',
+                  flush=True)
+    ratios = [m / d for m, d in zip(rates['mujoco'], rates['do-nothing']) if d > 0]
+    print(f'\nArduCopter --speedup {SPEEDUP}, SITL seconds per wall second '
+          f'(median of {args.rounds} rounds of {args.seconds:g} s):')
+    for kind in kinds:
+        print(f'  {kind:10s} {statistics.median(rates[kind]):6.2f} x real time '
+              f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
+    if ratios:
+        print(f'mujoco / do-nothing: {statistics.median(ratios):.2f} '
+              f'(rounds {", ".join(f"{r:.2f}" for r in ratios)}); issue 21 target >= 0.8')
+
+
+if __name__ == '__main__':
+    main()
