@@ -102,10 +102,13 @@ def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they
         meter.record(i * 0.01)
     reason = ("odometry stamps are 1700000000.000 s ahead of the IMU's, another clock "
               '(...); stamp both with the physics time: start every node with use_sim_time')
-    meter.unanswered, meter.fault = 240, reason
+    meter.unanswered, meter.fault, meter.fault_is_error = 240, reason, True
     status = watcher.input_status(meter, 0.1)
     assert status.level is Level.ERROR
     assert status.message == f'240 SITL frame(s) unanswered: {reason}'
     assert status.values['unanswered_frames'] == '240'
     # Odometry back on the IMU's clock: no new frame unanswered, OK again.
     assert watcher.input_status(meter, 0.1).level is Level.OK
+    # A fault that waiting may mend (physics late for a frame) is a warning.
+    meter.unanswered, meter.fault, meter.fault_is_error = 241, 'samples stop short', False
+    assert watcher.input_status(meter, 0.1).level is Level.WARN

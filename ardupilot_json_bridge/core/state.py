@@ -344,6 +344,7 @@ class SensorState:
             if meter is not None:
                 meter.unanswered += 1
                 meter.fault = unavailable.reason
+                meter.fault_is_error = unavailable.level >= logging.ERROR
 
     def _value_at(self, name: str, stamp: float):
         """Return the optional input's latest value at stamp; None (and counted) if too far off."""

@@ -129,8 +129,8 @@ class BridgeMonitor:
         if age > STALE_INPUT_AFTER:
             return Status(missing, name, f'stale: last message {age:.1f} s ago', values)
         if newly_unanswered:
-            return Status(Level.ERROR, name, f'{newly_unanswered} SITL frame(s) unanswered: '
-                                             f'{meter.fault}', values)
+            return Status(Level.ERROR if meter.fault_is_error else Level.WARN, name,
+                          f'{newly_unanswered} SITL frame(s) unanswered: {meter.fault}', values)
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)
