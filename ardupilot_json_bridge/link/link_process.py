@@ -51,8 +51,10 @@ PWM, RECORDED, STATS, LOG, APPLIED = b'PFSLA'
 STATS_PERIOD = 1.0
 # Unchanged PWM is forwarded for the commands no more often than this (s).
 COMMAND_REFRESH = 0.02
-# Every frame's PWM is forwarded for servo_pwm in batches at most this old (s) or this long.
-RECORD_LATENCY = 0.01
+# Every frame's PWM goes for servo_pwm in batches at most this old (s) or this long. Each
+# message wakes the node's reader thread: 10 ms batches slowed real SITL to 40 frames/s in
+# benchmarks/node_cpu.py, 50 ms batches kept it at 1200.
+RECORD_LATENCY = 0.05
 RECORD_BATCH = 64
 MAX_MESSAGE = 65536
 
