@@ -15,19 +15,16 @@ from typing import Any, List, Optional
 
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64MultiArray
 
 from ardupilot_json_bridge.messages.inputs import time_parts
-from ardupilot_json_bridge.ros.node import run_node
+from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
 
-# Rotor commands: reliable, as the bridge publishes them.
-COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                         reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.VOLATILE)
+# Rotor commands are taken with node.COMMAND_QOS, the QoS the bridge publishes them with.
 # Sensors: reliable like ros_gz_bridge; best-effort subscribers receive them too.
 SENSOR_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE)

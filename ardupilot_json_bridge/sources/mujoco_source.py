@@ -67,6 +67,8 @@ class MujocoLockStep:
         self.vehicle.set_rotor_speeds(speeds)
         self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
         reading = self.push()
+        if self.checker is not None:
+            self.checker.add_pwm(reading.time, packet.pwm)
         if self.recorder is not None:
             self.recorder.add(reading, packet.pwm, speeds)
         self.frames += 1
