@@ -82,11 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Step a MuJoCo model once per SITL frame: PWM in through the preset's "
                     'output group, sensors out. Lock-step: SITL --speedup N runs it N times '
                     'faster than real time.')
-    engine.add_argument('model', nargs='?', help='MJCF model (default: the shipped quad X)')
+    engine.add_argument('model_path', nargs='?', metavar='MODEL',
+                        help='MJCF model file (default: the shipped quad X)')
+    engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid) or an '
+                                        "MJCF file; a shipped vehicle's preset is the default "
+                                        '--config')
     engine.add_argument('--viewer', action='store_true',
                         help="open MuJoCo's passive viewer (needs a display)")
-    engine.add_argument('--group', default='motors',
-                        help='output group of the preset that drives the rotors (motors)')
+    engine.add_argument('--group', help='the one output group of the preset that drives '
+                                        "the model's actuators (default: all its groups, in "
+                                        'order)')
     engine.add_argument('--record', metavar='BAG',
                         help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
                              'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
@@ -224,34 +229,40 @@ def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
-    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+    from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
+    from ardupilot_json_bridge.sources.mujoco_vehicle import (
+        DEFAULT_VEHICLE, MujocoVehicle, shipped_model)
     from ardupilot_json_bridge.sources.replay import resolve_topic
-    from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle
-    preset = args.config or default_preset()
+    if args.model and args.model_path:
+        raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
+    path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
+    preset = args.config or default_preset(shipped.preset if shipped else 'quad_x.yaml')
     if preset is None:
-        raise ConfigError('--config: the quad_x preset was not found; name a ros__parameters '
-                          'file with an output group for the rotors')
+        raise ConfigError('--config: the shipped preset was not found; name a ros__parameters '
+                          "file with output groups for the model's actuators")
     config = load_config(preset, '', {
         'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
     groups = {group.name: group for group in config.outputs}
-    if args.group not in groups:
+    if args.group is not None and args.group not in groups:
         raise ConfigError(f'--group: {preset} has no output group {args.group!r} (it has '
                           f'{", ".join(groups) or "none"})')
-    vehicle = MujocoVehicle(args.model or DEFAULT_MODEL)
+    driving = [groups[args.group]] if args.group else list(config.outputs)
+    vehicle = MujocoVehicle(path)
     state = SensorState(replace(config.state, pacing=SAMPLES))
     # The vehicle's readings are REP-103 as they are: the checks' defaults.
     conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))
-    recorder = (FlightRecorder(args.record, resolve_topic('', groups[args.group].topic))
+    # One group's commands are recorded on its topic; several groups' all together, in order.
+    command_topic = driving[0].topic if len(driving) == 1 else 'commands'
+    recorder = (FlightRecorder(args.record, resolve_topic('', command_topic))
                 if args.record else None)
-    source = MujocoLockStep(vehicle, state, groups[args.group], viewer=args.viewer,
+    source = MujocoLockStep(vehicle, state, driving, viewer=args.viewer,
                             checker=conventions.checker, recorder=recorder)
     try:
         link = SitlLink(config.link, state, on_frame=source.on_frame,
                         on_restart=source.on_restart)
         logging.getLogger('ardupilot_json_bridge').info(
-            f'MuJoCo {vehicle.path}: {vehicle.rotor_count} rotors on SERVO '
-            f'{", ".join(map(str, groups[args.group].channels))}, in lock-step with SITL '
-            f'instance {config.link.instance}')
+            f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in lock-step '
+            f'with SITL instance {config.link.instance}')
         return serve(link, NoSource(), stop, conventions)
     finally:
         source.close()

@@ -8,7 +8,7 @@ Nothing runs while SITL is silent, and SITL's --speedup runs the model that much
 
 import logging
 import time
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
@@ -18,7 +18,8 @@ from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
-from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle, VehicleState
+from ardupilot_json_bridge.sources.mujoco_vehicle import (
+    MujocoVehicle, VehicleError, VehicleState)
 
 VIEWER_PERIOD = 1.0 / 60.0
 
@@ -37,11 +38,20 @@ def vehicle_samples(state: VehicleState) -> Tuple[ImuSample, OdometrySample]:
     return imu, odometry
 
 
+def outputs_description(vehicle: MujocoVehicle, groups: Sequence[OutputGroup]) -> str:
+    """Say which SERVO channel drives which actuator, for the start-up log."""
+    channels = [channel for group in groups for channel in group.channels]
+    pairs = ', '.join(f'{name} SERVO{channel}'
+                      for name, channel in zip(vehicle.actuator_names(), channels))
+    return f'{vehicle.actuator_count} actuators ({pairs})'
+
+
 class MujocoLockStep:
     """Steps a vehicle once per SITL frame and pushes what its sensors read."""
 
-    def __init__(self, vehicle: MujocoVehicle, state: SensorState, group: OutputGroup,
-                 viewer: bool = False, logger: Optional[logging.Logger] = None,
+    def __init__(self, vehicle: MujocoVehicle, state: SensorState,
+                 groups: Union[OutputGroup, Sequence[OutputGroup]], viewer: bool = False,
+                 logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None,
                  recorder: Optional[FlightRecorder] = None) -> None:
         self.vehicle = vehicle
@@ -49,8 +59,15 @@ class MujocoLockStep:
         # Sees what the sensors read, in ROS conventions (the live convention checks).
         self.checker = checker
         self.recorder = recorder
-        self.group = group
-        self.mapper = ActuatorMapper([group])
+        # The groups' outputs, in order, are the vehicle's actuators in order.
+        self.groups = (groups,) if isinstance(groups, OutputGroup) else tuple(groups)
+        outputs = sum(len(group.channels) for group in self.groups)
+        if outputs != vehicle.actuator_count:
+            names = ', '.join(group.name for group in self.groups)
+            raise VehicleError(
+                f'output groups {names} drive {outputs} outputs but {vehicle.path} has '
+                f'{vehicle.actuator_count} actuators ({", ".join(vehicle.actuator_names())})')
+        self.mapper = ActuatorMapper(self.groups)
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
         self.frames = 0
         self._viewer = None
@@ -63,12 +80,13 @@ class MujocoLockStep:
 
     def on_frame(self, packet: ServoPacket) -> None:
         """Apply the frame's PWM, step one frame period and push the new samples."""
-        speeds = self.mapper.apply(packet.pwm)[self.group.name]
-        self.vehicle.set_rotor_speeds(speeds)
+        values = self.mapper.apply(packet.pwm)
+        commands = [value for group in self.groups for value in values[group.name]]
+        self.vehicle.set_commands(commands)
         self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
         reading = self.push()
         if self.recorder is not None:
-            self.recorder.add(reading, packet.pwm, speeds)
+            self.recorder.add(reading, packet.pwm, commands)
         self.frames += 1
         if self._viewer is not None:
             now = time.monotonic()
@@ -89,9 +107,9 @@ class MujocoLockStep:
         return reading
 
     def on_restart(self) -> None:
-        """SITL started again: the vehicle back on the ground, rotors stopped."""
+        """SITL started again: the vehicle back at its start, at rest."""
         self.vehicle.reset()
-        self.mapper = ActuatorMapper([self.group])
+        self.mapper = ActuatorMapper(self.groups)
         if self.checker is not None:
             self.checker.clear()
         self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')

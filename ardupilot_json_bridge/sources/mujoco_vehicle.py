@@ -1,12 +1,27 @@
 """
-A MuJoCo multirotor: rotor speeds in, ROS-convention sensors and truth out.
+A MuJoCo vehicle: actuator commands in, ROS-convention sensors and truth out.
 
 The engine behind `ardupilot-json-bridge mujoco` (lock-step) and the `mujoco_sim` node
-(free-running). Rotors take speed commands in rad/s, as Gazebo's MulticopterMotorModel does;
-each rotor's speed follows its command with a first-order lag, and its thrust is
-k_f w^2 along the body z axis, with the yaw reaction the model's gear gives. Models keep
-their rotor constants in MJCF <custom> numerics, so a new vehicle is one more model file.
-World ENU, body FLU: what a ROS simulator publishes.
+(free-running). World ENU, body FLU: what a ROS simulator publishes.
+
+What a vehicle needs (a boat or a sub is one more model file and one more preset):
+- An MJCF model in models/ (ours, no meshes) with an `imu` site carrying a `gyro` and an
+  `accelerometer` sensor, and a free joint first (qpos[0:7] is the vehicle's pose).
+- Its actuators, in the order the preset's output groups list their channels. Each takes its
+  command in the unit a ROS controller would send, and the MJCF element says which kind it is:
+  * a rotor (<general> or <motor>: no bias) takes a speed in rad/s, as Gazebo's
+    MulticopterMotorModel does; its speed follows the command with a first-order lag and its
+    force is k_f w^2 through the actuator's gear (thrust along an axis, yaw reaction). The
+    constants are <custom> numerics: rotor_thrust_coefficient, rotor_time_constant,
+    rotor_max_speed (rad/s).
+  * a joint position servo (<position>) takes radians, a joint velocity servo (<velocity>)
+    rad/s: MuJoCo's own servos, as ros2_control's forward position and velocity
+    controllers drive them.
+- Forces MuJoCo does not model (a wing's lift, a hull's drag) as a per-step force model named
+  by <custom><text name="forces" data="NAME"/>, one of FORCE_MODELS, with its coefficients as
+  more <custom> numerics.
+- An output preset in config/ mapping SERVO channels to those commands, and an entry in
+  VEHICLES naming both.
 """
 
 from dataclasses import dataclass
@@ -18,6 +33,7 @@ import numpy as np
 
 MODELS_DIR = os.path.join(os.path.dirname(__file__), 'models')
 DEFAULT_MODEL = os.path.join(MODELS_DIR, 'quad_x.xml')
+DEFAULT_VEHICLE = 'quad_x'
 MUJOCO_MISSING = ('the MuJoCo engine needs the mujoco package: pip install mujoco '
                   "(or pip install 'ardupilot_json_bridge[mujoco]')")
 
@@ -52,6 +68,36 @@ class VehicleState:
     specific_force: Tuple[float, float, float]
 
 
+@dataclass(frozen=True)
+class ShippedVehicle:
+    """A vehicle shipped with the package: its model in models/ and its preset in config/."""
+
+    model: str
+    preset: str
+    description: str
+
+
+VEHICLES = {
+    'quad_x': ShippedVehicle('quad_x.xml', 'quad_x.yaml', 'quad X for ArduCopter'),
+    'rover': ShippedVehicle('rover.xml', 'mujoco_rover.yaml',
+                            'Ackermann rover for ArduRover (rover.parm)'),
+    'rover_skid': ShippedVehicle('rover_skid.xml', 'mujoco_rover_skid.yaml',
+                                 'skid-steer rover for ArduRover (rover.parm, '
+                                 'rover-skid.parm)'),
+}
+
+
+def shipped_model(name_or_path: str) -> Tuple[str, Optional[ShippedVehicle]]:
+    """Return the MJCF path of a shipped vehicle's name (and the vehicle), or a path as given."""
+    vehicle = VEHICLES.get(name_or_path)
+    if vehicle is not None:
+        return os.path.join(MODELS_DIR, vehicle.model), vehicle
+    if not name_or_path.endswith('.xml') and not os.path.exists(name_or_path):
+        raise VehicleError(f'--model: {name_or_path!r} is neither a shipped vehicle '
+                           f'({", ".join(VEHICLES)}) nor an MJCF file')
+    return name_or_path, None
+
+
 class MujocoVehicle:
     """One model and its data; advance() steps it by any whole number of model steps."""
 
@@ -64,16 +110,25 @@ class MujocoVehicle:
         self.data = mujoco.MjData(self.model)
         self.path = path
         self.nominal_step = float(self.model.opt.timestep)
-        self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
-        self.time_constant = self._numeric('rotor_time_constant')
-        self.max_speed = self._numeric('rotor_max_speed')
-        self.rotor_count = self.model.nu
-        if self.rotor_count == 0:
-            raise VehicleError(f'{path}: the model has no actuators (rotors)')
+        self.actuator_count = self.model.nu
+        if self.actuator_count == 0:
+            raise VehicleError(f'{path}: the model has no actuators')
+        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos.
+        self.rotors = np.asarray(self.model.actuator_biastype == mujoco.mjtBias.mjBIAS_NONE)
+        self.rotor_count = int(self.rotors.sum())
+        if self.rotor_count:
+            self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
+            self.time_constant = self._numeric('rotor_time_constant')
+            self.max_speed = self._numeric('rotor_max_speed')
+        limited = np.asarray(self.model.actuator_ctrllimited, dtype=bool)
+        ranges = np.asarray(self.model.actuator_ctrlrange, dtype=float)
+        self.lower = np.where(self.rotors, 0.0, np.where(limited, ranges[:, 0], -np.inf))
+        self.upper = np.where(self.rotors, getattr(self, 'max_speed', 0.0),
+                              np.where(limited, ranges[:, 1], np.inf))
         self._gyro = self._sensor('gyro')
         self._accel = self._sensor('accelerometer')
-        self.commands = np.zeros(self.rotor_count)
-        self.speeds = np.zeros(self.rotor_count)
+        self.commands = np.zeros(self.actuator_count)
+        self.speeds = np.zeros(self.actuator_count)
         self.steps = 0
         self.reset()
 
@@ -90,6 +145,12 @@ class MujocoVehicle:
         start = int(self.model.sensor_adr[index])
         return slice(start, start + int(self.model.sensor_dim[index]))
 
+    def actuator_names(self) -> Tuple[str, ...]:
+        """Return the model's actuators' names in command order."""
+        mujoco = self._mujoco
+        return tuple(mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or str(i)
+                     for i in range(self.actuator_count))
+
     @property
     def time(self) -> float:
         """Physics time in seconds: whole steps since the model was made, never reset."""
@@ -104,12 +165,17 @@ class MujocoVehicle:
         self.speeds[:] = 0.0
         self._mujoco.mj_forward(self.model, self.data)
 
-    def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
-        """Rotor speed commands in rad/s (rotor i is the model's actuator i)."""
-        values = np.asarray(speeds, dtype=float)[:self.rotor_count]
+    def set_commands(self, values: Sequence[float]) -> None:
+        """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
+        values = np.asarray(values, dtype=float)[:self.actuator_count]
         if not np.all(np.isfinite(values)):
-            raise VehicleError(f'rotor speed commands are not finite: {values.tolist()}')
-        self.commands[:len(values)] = np.clip(values, 0.0, self.max_speed)
+            raise VehicleError(f'actuator commands are not finite: {values.tolist()}')
+        count = len(values)
+        self.commands[:count] = np.clip(values, self.lower[:count], self.upper[:count])
+
+    def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
+        """Rotor speeds in rad/s: set_commands for a vehicle whose actuators are all rotors."""
+        self.set_commands(speeds)
 
     def advance(self, duration: float) -> None:
         """Step the physics by duration (a whole number of steps near the model's own)."""
@@ -117,10 +183,16 @@ class MujocoVehicle:
         count = max(1, round(duration / self.nominal_step))
         step = duration / count
         model.opt.timestep = step
-        blend = 1.0 - math.exp(-step / self.time_constant)
+        rotors, commands, speeds = self.rotors, self.commands, self.speeds
+        if self.rotor_count:
+            blend = 1.0 - math.exp(-step / self.time_constant)
+        else:
+            data.ctrl[:] = commands
         for _ in range(count):
-            self.speeds += blend * (self.commands - self.speeds)
-            data.ctrl[:] = self.thrust_coefficient * self.speeds * self.speeds
+            if self.rotor_count:
+                speeds += blend * (commands - speeds)
+                data.ctrl[:] = np.where(rotors, self.thrust_coefficient * speeds * speeds,
+                                        commands)
             mujoco.mj_step(model, data)
         self.steps += count
         mujoco.mj_forward(model, data)

@@ -1,0 +1,133 @@
+"""The MuJoCo rovers: steering, throttle and skid-steer signs, and real ArduRover's mission."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
+
+from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa: E402
+from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
+    MujocoVehicle, shipped_model, VehicleError)
+import sitl_rover  # noqa: E402
+
+FRAME = 1 / 1200
+WHEEL_RADIUS, WHEELBASE = 0.1, 0.34     # rover.xml's geometry, read off the file by hand
+
+
+def drive(make_link, make_peer, vehicle: str, pwm1: int, pwm3: int, seconds: float):
+    """Serve the shipped vehicle to a SITL peer sending SERVO1 and SERVO3; return replies."""
+    path, shipped = shipped_model(vehicle)
+    config = load_config(default_preset(shipped.preset), '', {})
+    holder = {}
+
+    def on_frame(packet):
+        holder['source'].on_frame(packet)
+
+    link = make_link(StateSettings(pacing=SAMPLES), on_frame=on_frame, fresh_timeout=1.0)
+    holder['source'] = MujocoLockStep(MujocoVehicle(path), link.state, config.outputs)
+    peer = make_peer(link.address[1])
+    pwm = [pwm1, 1500, pwm3] + [1500] * 13
+    return [peer.step(pwm=pwm) for _ in range(round(seconds / FRAME))]
+
+
+def heading(reply) -> float:
+    """Yaw (NED, radians clockwise from north) of a reply's w-first quaternion."""
+    w, x, y, z = reply['quaternion']
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def test_throttle_forward_drives_forward_and_back_drives_back(make_link, make_peer):
+    # The rover starts facing ENU x (east): NED yaw 90 degrees, forward is NED +y.
+    forward = drive(make_link, make_peer, 'rover', 1500, 1600, 2.0)
+    assert heading(forward[0]) == pytest.approx(math.pi / 2, abs=0.01)
+    north, east, _ = forward[-1]['position']
+    # SERVO3 1600 us: (0.6 - 0.5) x 320 = 32 rad/s, 3.2 m/s on 0.1 m wheels, once up to speed.
+    assert forward[-1]['velocity'][1] == pytest.approx(32 * WHEEL_RADIUS, rel=0.1)
+    assert east > 3.0 and abs(north) < 0.1
+    backward = drive(make_link, make_peer, 'rover', 1500, 1400, 2.0)
+    assert backward[-1]['velocity'][1] == pytest.approx(-32 * WHEEL_RADIUS, rel=0.1)
+
+
+def test_right_steering_turns_right_at_the_ackermann_rate(make_link, make_peer):
+    replies = drive(make_link, make_peer, 'rover', 1600, 1550, 3.0)
+    # SERVO1 1600 us steers -(0.6 - 0.5) = 0.1 rad right; 1550 us drives 1.6 m/s. Without
+    # slip a bicycle turns at v tan(delta) / L, clockwise from above: +z in FRD.
+    expected = 16 * WHEEL_RADIUS * math.tan(0.1) / WHEELBASE
+    rates = [reply['imu.gyro'][2] for reply in replies[-600:]]
+    assert np.mean(rates) == pytest.approx(expected, rel=0.15)
+    turned = heading(replies[-1]) - heading(replies[0])
+    assert 0.5 < turned < math.pi
+
+
+def test_skid_steer_left_faster_turns_right_and_equal_drives_straight(make_link, make_peer):
+    # rover-skid.parm: SERVO1 throttle left, SERVO3 throttle right.
+    spin = drive(make_link, make_peer, 'rover_skid', 1700, 1300, 2.0)
+    rates = [reply['imu.gyro'][2] for reply in spin[-600:]]
+    assert np.mean(rates) > 0.5                 # clockwise from above: a right turn
+    assert math.hypot(*spin[-1]['position'][:2]) < 0.3   # on the spot
+    straight = drive(make_link, make_peer, 'rover_skid', 1700, 1700, 2.0)
+    assert abs(heading(straight[-1]) - math.pi / 2) < 0.02
+    # (0.7 - 0.5) x 80 = 16 rad/s on every wheel: 1.6 m/s forward, east.
+    assert straight[-1]['velocity'][1] == pytest.approx(16 * WHEEL_RADIUS, rel=0.1)
+    left = drive(make_link, make_peer, 'rover_skid', 1600, 1800, 2.0)
+    assert np.mean([reply['imu.gyro'][2] for reply in left[-600:]]) < -0.2
+
+
+def test_a_preset_that_does_not_fit_the_model_is_refused_with_the_actuators_named():
+    config = load_config(default_preset('mujoco_rover_skid.yaml'), '', {})
+    vehicle = MujocoVehicle(shipped_model('rover')[0])
+    with pytest.raises(VehicleError, match=r'wheels drive 4 outputs but .*rover.xml has 6 '
+                                           r'actuators \(steer_left, steer_right, '):
+        MujocoLockStep(vehicle, SensorState(StateSettings()), config.outputs)
+
+
+def test_an_unknown_model_name_is_named_with_the_shipped_ones(caplog):
+    assert main(['mujoco', '--model', 'boat']) == 2
+    assert "--model: 'boat' is neither a shipped vehicle (quad_x, rover, rover_skid" in \
+        caplog.text
+
+
+def mission_figures(record, corners, wp_speed: float, wp_radius: float = 3.0):
+    """Return the worst waypoint miss, cross-track error and the home error, in metres."""
+    misses = [sitl_rover.nearest(record.track, corner) for corner in corners[1:]]
+    margin = sitl_rover.turn_margin(wp_radius, wp_speed)
+    errors = sitl_rover.cross_track_errors(record.track, corners, margin)
+    home = math.hypot(*record.track[-1])
+    return max(misses), max(errors) if errors else math.inf, home
+
+
+@pytest.mark.skipif(sitl_rover.rover_binary() is None,
+                    reason='real ArduRover: set ARDUPILOT_SITL_DIR to a folder with ardurover '
+                           'and rover.parm')
+@pytest.mark.parametrize('vehicle, wp_speed', [('rover', 5.0), ('rover_skid', 3.0)])
+def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_speed):
+    # WP_SPEED and WP_RADIUS (3 m) as rover.parm and rover-skid.parm set them.
+    path, shipped = shipped_model(vehicle)
+    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': 4})
+    model = MujocoVehicle(path)
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(model, state, config.outputs)
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    try:
+        with sitl_rover.RoverSitl(instance=4, speedup=3, skid=vehicle == 'rover_skid') as sitl:
+            record, corners = sitl_rover.drive_square(
+                sitl.mavlink_port, 20.0, lambda: tuple(model.state().position[:2]))
+            log = sitl.log()
+    finally:
+        link.stop()
+        source.close()
+    assert record.armed and record.finished, (record.reached, record.texts[-8:], log[-1500:])
+    miss, cross_track, home = mission_figures(record, corners, wp_speed)
+    corner = sitl_rover.worst_path_distance(record.track, corners)
+    print(f'\n{vehicle}: square of 20 m in AUTO, {model.time:.0f} s of physics in '
+          f'{record.wall_seconds:.0f} s: worst waypoint miss {miss:.2f} m, cross-track error '
+          f'{cross_track:.2f} m along the legs, {corner:.2f} m at worst (corners), home '
+          f'error {home:.2f} m')
+    assert miss < 3.0 and cross_track < 1.0 and home < 2.0, (miss, cross_track, home)
