@@ -4,7 +4,6 @@ import argparse
 from dataclasses import asdict, replace
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,7 +14,8 @@ from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
 from ardupilot_json_bridge.checks.verdicts import format_table
 from ardupilot_json_bridge.config import (
-    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME)
+    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME,
+    shipped_preset)
 from ardupilot_json_bridge.core.settings import GRID, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
@@ -217,13 +217,7 @@ def serve(link: SitlLink, source, stop: threading.Event,
 
 def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
     """Return a shipped preset: beside the package in a checkout, under share/ when installed."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(here, '..', 'config'),
-                   os.path.join(sys.prefix, 'share', PACKAGE, 'config')):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return os.path.normpath(path)
-    return None
+    return shipped_preset(name)
 
 
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
@@ -236,7 +230,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
     path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
-    preset = args.config or default_preset(shipped.preset if shipped else 'quad_x.yaml')
+    preset = args.config or default_preset(shipped.preset if shipped else 'mujoco_quad_x.yaml')
     if preset is None:
         raise ConfigError('--config: the shipped preset was not found; name a ros__parameters '
                           "file with output groups for the model's actuators")

@@ -9,6 +9,8 @@ them from it); output groups add outputs.<group>.<setting> for each name in outp
 from dataclasses import dataclass
 import difflib
 import math
+import os
+import sys
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import yaml
@@ -388,3 +390,14 @@ def parameter_table() -> str:
         read_only = ' Read-only.' if spec.read_only else ''
         rows.append(f'| `{spec.name}` | {shown} | {spec.description}.{read_only} |')
     return '\n'.join(rows) + '\n'
+
+
+def shipped_preset(name: str) -> Optional[str]:
+    """Return a preset shipped in config/: beside the package in a checkout, under share/."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(here, '..', 'config'),
+                   os.path.join(sys.prefix, 'share', 'ardupilot_json_bridge', 'config')):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return os.path.normpath(path)
+    return None

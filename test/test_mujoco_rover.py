@@ -1,6 +1,9 @@
 """The MuJoCo rovers: steering, throttle and skid-steer signs, and real ArduRover's mission."""
 
 import math
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +17,8 @@ from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model, VehicleError)
+from conftest import free_udp_port, reaped  # noqa: E402
+from sitl_peer import SitlPeer  # noqa: E402
 import sitl_rover  # noqa: E402
 
 FRAME = 1 / 1200
@@ -131,3 +136,26 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
           f'{cross_track:.2f} m along the legs, {corner:.2f} m at worst (corners), home '
           f'error {home:.2f} m')
     assert miss < 3.0 and cross_track < 1.0 and home < 2.0, (miss, cross_track, home)
+
+
+def test_the_mujoco_command_drives_the_shipped_rover_by_name():
+    port = free_udp_port()
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco', '--model', 'rover',
+               '--port', str(port)]
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)) as process:
+        peer = SitlPeer(port)
+        try:
+            replies = peer.lock_step(1200, [1500, 1500, 1600] + [1500] * 13, timeout=30.0,
+                                     wait=0.5)
+        finally:
+            peer.close()
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert len(replies) == 1200 and process.returncode == 0, output
+    assert ('6 actuators (steer_left SERVO1, steer_right SERVO1, wheel_front_left SERVO3, '
+            'wheel_front_right SERVO3, wheel_rear_left SERVO3, wheel_rear_right SERVO3)'
+            in output), output
+    # A second at 3.2 m/s after the spin-up: more than two metres east, none north.
+    north, east, _ = replies[-1]['position']
+    assert east > 2.0 and abs(north) < 0.1, replies[-1]

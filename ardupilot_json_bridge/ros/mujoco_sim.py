@@ -2,29 +2,39 @@
 mujoco_sim: the MuJoCo vehicle as a free-running ROS 2 simulator, like Gazebo.
 
 Publishes /clock, `imu` (sensor_msgs/Imu, FLU, every physics step) and `odom`
-(nav_msgs/Odometry, ENU pose, twist in the child frame, at odom_rate), and takes rotor speeds
-in rad/s on `command/motor_speed`: std_msgs/Float64MultiArray (ros2_control forward
-controllers) or actuator_msgs/Actuators velocity (Gazebo's MulticopterMotorModel). Topics are
-relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping.
+(nav_msgs/Odometry, ENU pose, twist in the child frame, at odom_rate), and takes its
+actuators' commands on the topics its preset's output groups name, as the bridge publishes
+them: the quad's rotor speeds in rad/s on `command/motor_speed` (std_msgs/Float64MultiArray as
+ros2_control forward controllers take, or actuator_msgs/Actuators velocity as Gazebo's
+MulticopterMotorModel does), the rover's steering and wheel joints on its controllers' command
+topics. Topics are relative, so namespaces apply. Physics runs in a thread paced to the wall
+clock by sleeping.
 """
 
+from dataclasses import replace
+import os
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from nav_msgs.msg import Odometry
+import numpy as np
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64, Float64MultiArray
 
+from ardupilot_json_bridge.config import (
+    config_from_parameters, ConfigError, load_parameters_file, NODE_NAME, shipped_preset)
+from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.node import run_node
-from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, MujocoVehicle, VehicleError
+from ardupilot_json_bridge.sources.mujoco_vehicle import (
+    DEFAULT_VEHICLE, MODELS_DIR, MujocoVehicle, VehicleError, VEHICLES)
 
-# Rotor commands: reliable, as the bridge publishes them.
+# Commands: reliable, as the bridge publishes them.
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                          reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE)
@@ -42,28 +52,27 @@ class MujocoSim(Node):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('mujoco_sim', **kwargs)
-        model = self.declare_parameter('model', '').value or DEFAULT_MODEL
+        name = self.declare_parameter('vehicle', DEFAULT_VEHICLE).value
+        if name not in VEHICLES:
+            raise ValueError(f'vehicle: {name!r} is not one of {", ".join(VEHICLES)}')
+        model = self.declare_parameter('model', '').value
+        preset = self.declare_parameter('preset', '').value
         self.rate = float(self.declare_parameter('imu_rate', 1000.0).value)
         odom_rate = float(self.declare_parameter('odom_rate', 250.0).value)
-        command_type = self.declare_parameter('command_type', 'float64_multi_array').value
+        command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
-        self.vehicle = MujocoVehicle(model)
+        shipped = VEHICLES[name]
+        self.vehicle = MujocoVehicle(model or os.path.join(MODELS_DIR, shipped.model))
+        groups = command_groups(preset or shipped_preset(shipped.preset), command_type)
         self.odom_every = max(1, round(self.rate / odom_rate))
         self.imu_publisher = self.create_publisher(Imu, 'imu', SENSOR_QOS)
         self.odom_publisher = self.create_publisher(Odometry, 'odom', SENSOR_QOS)
         self.clock_publisher = self.create_publisher(Clock, '/clock', CLOCK_QOS)
-        if command_type == 'actuators':
-            from actuator_msgs.msg import Actuators
-            self.create_subscription(Actuators, 'command/motor_speed',
-                                     lambda m: self._command(m.velocity), COMMAND_QOS)
-        elif command_type == 'float64_multi_array':
-            self.create_subscription(Float64MultiArray, 'command/motor_speed',
-                                     lambda m: self._command(m.data), COMMAND_QOS)
-        else:
-            raise ValueError(f'command_type: {command_type!r} is not float64_multi_array or '
-                             'actuators')
-        self._commands: Optional[List[float]] = None
+        self._lock = threading.Lock()
+        self._pending = np.zeros(self.vehicle.actuator_count)
+        self._changed = False
+        topics = self._subscribe(groups)
         self._stop = threading.Event()
         self._imu, self._odom, self._clock = Imu(), Odometry(), Clock()
         self._imu.header.frame_id = self.child_frame_id
@@ -73,11 +82,52 @@ class MujocoSim(Node):
         self._thread.start()
         self.get_logger().info(f'MuJoCo {self.vehicle.path}: physics and IMU at '
                                f'{self.rate:g} Hz, odometry at {self.rate / self.odom_every:g} '
-                               f'Hz, rotor speeds (rad/s) on command/motor_speed '
-                               f'({command_type})')
+                               f'Hz, commands on {topics}')
 
-    def _command(self, values: Any) -> None:
-        self._commands = list(values)
+    def _subscribe(self, groups: Sequence[OutputGroup]) -> str:
+        """Subscribe to every group's topics; return them described for the log."""
+        names = self.vehicle.actuator_names()
+        start, described = 0, []
+        for group in groups:
+            count = len(group.channels)
+            if start + count > len(names):
+                raise ValueError(f'preset: output group {group.name} drives more outputs than '
+                                 f'the model\'s {len(names)} actuators ({", ".join(names)})')
+            joints = ', '.join(names[start:start + count])
+            if group.kind == OutputKind.FLOAT64:
+                for index, topic in enumerate(group.topics):
+                    self.create_subscription(
+                        Float64, topic,
+                        lambda m, at=start + index: self._command(at, 1, [m.data]), COMMAND_QOS)
+            elif group.kind == OutputKind.ACTUATORS:
+                from actuator_msgs.msg import Actuators
+                field = group.field.value
+                self.create_subscription(
+                    Actuators, group.topic,
+                    lambda m, at=start, n=count, f=field: self._command(at, n, getattr(m, f)),
+                    COMMAND_QOS)
+            else:
+                self.create_subscription(
+                    Float64MultiArray, group.topic,
+                    lambda m, at=start, n=count: self._command(at, n, m.data), COMMAND_QOS)
+            topic = ', '.join(group.topics) if group.kind == OutputKind.FLOAT64 else group.topic
+            described.append(f'{topic} ({group.kind.value}: {joints})')
+            start += count
+        if start != len(names):
+            raise ValueError(f'preset: its output groups drive {start} outputs but the model '
+                             f'has {len(names)} actuators ({", ".join(names)})')
+        return '; '.join(described)
+
+    def _command(self, start: int, count: int, values: Sequence[float]) -> None:
+        values = np.asarray(values, dtype=float)[:count]
+        if len(values) < count or not np.all(np.isfinite(values)):
+            self.get_logger().warning(
+                f'commands for actuators {start}-{start + count - 1} ignored: expected {count} '
+                f'finite values, got {values.tolist()}', throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._pending[start:start + count] = values
+            self._changed = True
 
     def _run(self) -> None:
         step = 1.0 / self.rate
@@ -85,13 +135,10 @@ class MujocoSim(Node):
         start = time.monotonic() - vehicle.time
         count = 0
         while not self._stop.is_set():
-            commands = self._commands
-            if commands is not None:
-                try:
-                    vehicle.set_rotor_speeds(commands)
-                except VehicleError as error:
-                    self.get_logger().warning(str(error), throttle_duration_sec=5.0)
-                self._commands = None
+            if self._changed:
+                with self._lock:
+                    vehicle.set_commands(self._pending)
+                    self._changed = False
             vehicle.advance(step)
             count += 1
             try:
@@ -139,6 +186,28 @@ class MujocoSim(Node):
             stop.set()
             self._thread.join(2.0)
         super().destroy_node()
+
+
+def command_groups(preset: Optional[str], command_type: str) -> List[OutputGroup]:
+    """
+    Return the output groups of a bridge preset, whose topics carry the simulator's commands.
+
+    command_type, when set, makes every group's topic that message type instead.
+    """
+    if preset is None:
+        raise ValueError("preset: the vehicle's shipped preset was not found; name one")
+    try:
+        groups = list(config_from_parameters(load_parameters_file(preset, NODE_NAME)).outputs)
+    except ConfigError as error:
+        raise ValueError(f'preset {preset}: {error}') from None
+    if command_type:
+        try:
+            kind = OutputKind(command_type)
+        except ValueError:
+            raise ValueError(f'command_type: {command_type!r} is not float64_multi_array or '
+                             'actuators') from None
+        groups = [replace(group, kind=kind) for group in groups]
+    return groups
 
 
 def main(args: Optional[List[str]] = None) -> int:

@@ -78,7 +78,7 @@ class ShippedVehicle:
 
 
 VEHICLES = {
-    'quad_x': ShippedVehicle('quad_x.xml', 'quad_x.yaml', 'quad X for ArduCopter'),
+    'quad_x': ShippedVehicle('quad_x.xml', 'mujoco_quad_x.yaml', 'quad X for ArduCopter'),
     'rover': ShippedVehicle('rover.xml', 'mujoco_rover.yaml',
                             'Ackermann rover for ArduRover (rover.parm)'),
     'rover_skid': ShippedVehicle('rover_skid.xml', 'mujoco_rover_skid.yaml',
