@@ -25,20 +25,30 @@ FRAME = 1 / 1200
 WHEEL_RADIUS, WHEELBASE = 0.1, 0.34     # rover.xml's geometry, read off the file by hand
 
 
-def drive(make_link, make_peer, vehicle: str, pwm1: int, pwm3: int, seconds: float):
-    """Serve the shipped vehicle to a SITL peer sending SERVO1 and SERVO3; return replies."""
+def serve(make_link, make_peer, vehicle: str, pwm: dict, seconds: float, prepare=None):
+    """
+    Serve a shipped vehicle to a SITL peer holding the given SERVO channels; return replies.
+
+    pwm maps SERVO channels to microseconds (the rest stay at 1500); prepare, if given, sets
+    the vehicle up before the first frame.
+    """
     path, shipped = shipped_model(vehicle)
     config = load_config(default_preset(shipped.preset), '', {})
-    holder = {}
-
-    def on_frame(packet):
-        holder['source'].on_frame(packet)
-
-    link = make_link(StateSettings(pacing=SAMPLES), on_frame=on_frame, fresh_timeout=1.0)
-    holder['source'] = MujocoLockStep(MujocoVehicle(path), link.state, config.outputs)
+    model = MujocoVehicle(path)
+    if prepare is not None:
+        prepare(model)
+    source = MujocoLockStep(model, SensorState(StateSettings()), config.outputs)
+    link = make_link(StateSettings(pacing=SAMPLES), on_frame=lambda p: source.on_frame(p),
+                     fresh_timeout=1.0)
+    source.state = link.state
     peer = make_peer(link.address[1])
-    pwm = [pwm1, 1500, pwm3] + [1500] * 13
-    return [peer.step(pwm=pwm) for _ in range(round(seconds / FRAME))]
+    values = [pwm.get(channel, 1500) for channel in range(1, 17)]
+    return [peer.step(pwm=values) for _ in range(round(seconds / FRAME))]
+
+
+def drive(make_link, make_peer, vehicle: str, pwm1: int, pwm3: int, seconds: float):
+    """Serve a rover to a SITL peer sending SERVO1 and SERVO3; return the replies."""
+    return serve(make_link, make_peer, vehicle, {1: pwm1, 3: pwm3}, seconds)
 
 
 def heading(reply) -> float:

@@ -14,7 +14,7 @@ from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
-from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
+from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
@@ -100,6 +100,10 @@ class MujocoLockStep:
         imu, odometry = vehicle_samples(reading)
         self.state.push_odometry(odometry)
         self.state.push_imu(imu)
+        if reading.airspeed is not None:
+            # A vehicle that flies in the air tells SITL the air it flies in.
+            self.state.push_wind(Stamped(reading.time, _tuple(ENU_TO_NED @ reading.wind)))
+            self.state.push_airspeed(Stamped(reading.time, reading.airspeed))
         if self.checker is not None:
             self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
             self.checker.add_odometry(reading.time, reading.position, reading.orientation,

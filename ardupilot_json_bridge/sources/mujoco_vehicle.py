@@ -19,7 +19,8 @@ What a vehicle needs (a boat or a sub is one more model file and one more preset
     controllers drive them.
 - Forces MuJoCo does not model (a wing's lift, a hull's drag) as a per-step force model named
   by <custom><text name="forces" data="NAME"/>, one of FORCE_MODELS, with its coefficients as
-  more <custom> numerics.
+  more <custom> numerics. Force models feel the engine's wind (wind.py) and may report an
+  airspeed, which the lock-step and the node pass on to SITL.
 - An output preset in config/ mapping SERVO channels to those commands, and an entry in
   VEHICLES naming both.
 """
@@ -31,6 +32,9 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
+from ardupilot_json_bridge.sources.wind import Wind
+
 MODELS_DIR = os.path.join(os.path.dirname(__file__), 'models')
 DEFAULT_MODEL = os.path.join(MODELS_DIR, 'quad_x.xml')
 DEFAULT_VEHICLE = 'quad_x'
@@ -40,6 +44,9 @@ MUJOCO_MISSING = ('the MuJoCo engine needs the mujoco package: pip install mujoc
 
 class VehicleError(RuntimeError):
     """A model that cannot be loaded or flown; the message says what is wrong."""
+
+
+FORCE_MODELS = ('fixed_wing',)
 
 
 def _mujoco():
@@ -66,6 +73,8 @@ class VehicleState:
     body_velocity: Tuple[float, float, float]
     body_rates: Tuple[float, float, float]
     specific_force: Tuple[float, float, float]
+    wind: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    airspeed: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,11 @@ VEHICLES = {
     'rover_skid': ShippedVehicle('rover_skid.xml', 'mujoco_rover_skid.yaml',
                                  'skid-steer rover for ArduRover (rover.parm, '
                                  'rover-skid.parm)'),
+    'plane': ShippedVehicle('plane.xml', 'mujoco_plane.yaml',
+                            'small electric plane for ArduPlane (plane.parm)'),
 }
+# Surfaces a fixed-wing model names its joints after: <surface> or <surface>_<anything>.
+SURFACES = ('aileron', 'elevator', 'rudder')
 
 
 def shipped_model(name_or_path: str) -> Tuple[str, Optional[ShippedVehicle]]:
@@ -127,6 +140,8 @@ class MujocoVehicle:
                               np.where(limited, ranges[:, 1], np.inf))
         self._gyro = self._sensor('gyro')
         self._accel = self._sensor('accelerometer')
+        self.wind = Wind()
+        self.aero = self._force_model()
         self.commands = np.zeros(self.actuator_count)
         self.speeds = np.zeros(self.actuator_count)
         self.steps = 0
@@ -137,6 +152,24 @@ class MujocoVehicle:
         if index < 0:
             raise VehicleError(f'{self.path}: <custom><numeric name="{name}"> is missing')
         return float(self.model.numeric_data[self.model.numeric_adr[index]])
+
+    def _force_model(self) -> Optional[FixedWing]:
+        mujoco, model = self._mujoco, self.model
+        index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_TEXT, 'forces')
+        if index < 0:
+            return None
+        start = int(model.text_adr[index])
+        name = bytes(model.text_data[start:start + int(model.text_size[index]) - 1]).decode()
+        if name not in FORCE_MODELS:
+            raise VehicleError(f'{self.path}: <custom><text name="forces"> is {name!r}, not '
+                               f'one of {", ".join(FORCE_MODELS)}')
+        surfaces = {surface: [] for surface in SURFACES}
+        for joint in range(model.njnt):
+            joint_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, joint) or ''
+            surface = joint_name.split('_')[0]
+            if surface in surfaces:
+                surfaces[surface].append(int(model.jnt_qposadr[joint]))
+        return FixedWing(Coefficients.read(self._numeric), surfaces, body=1)
 
     def _sensor(self, name: str) -> slice:
         index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_SENSOR, name)
@@ -188,7 +221,10 @@ class MujocoVehicle:
             blend = 1.0 - math.exp(-step / self.time_constant)
         else:
             data.ctrl[:] = commands
+        aero, wind = self.aero, self.wind
         for _ in range(count):
+            if aero is not None:
+                aero.apply(data.qpos, data.qvel, data.xfrc_applied, wind.step(step))
             if self.rotor_count:
                 speeds += blend * (commands - speeds)
                 data.ctrl[:] = np.where(rotors, self.thrust_coefficient * speeds * speeds,
@@ -212,7 +248,9 @@ class MujocoVehicle:
             orientation=(x, y, z, w), velocity=velocity,
             body_velocity=tuple(float(v) for v in body_velocity),
             body_rates=tuple(float(v) for v in sensors[self._gyro]),
-            specific_force=tuple(float(v) for v in sensors[self._accel]))
+            specific_force=tuple(float(v) for v in sensors[self._accel]),
+            wind=tuple(float(v) for v in self.wind.now),
+            airspeed=None if self.aero is None else self.aero.airspeed)
 
     def view(self) -> Optional[object]:
         """Show MuJoCo's passive viewer on this model, or None where no display can open."""
