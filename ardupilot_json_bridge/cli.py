@@ -253,7 +253,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                             checker=conventions.checker, recorder=recorder)
     try:
         link = SitlLink(config.link, state, on_frame=source.on_frame,
-                        on_restart=source.on_restart)
+                        on_restart=source.on_restart, after_reply=source.after_reply)
         logging.getLogger('ardupilot_json_bridge').info(
             f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in lock-step '
             f'with SITL instance {config.link.instance}')

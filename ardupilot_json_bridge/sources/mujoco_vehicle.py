@@ -30,8 +30,6 @@ import math
 import os
 from typing import Optional, Sequence, Tuple
 
-import numpy as np
-
 from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
 from ardupilot_json_bridge.sources.wind import Wind
 
@@ -126,24 +124,27 @@ class MujocoVehicle:
         self.actuator_count = self.model.nu
         if self.actuator_count == 0:
             raise VehicleError(f'{path}: the model has no actuators')
-        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos.
-        self.rotors = np.asarray(self.model.actuator_biastype == mujoco.mjtBias.mjBIAS_NONE)
-        self.rotor_count = int(self.rotors.sum())
+        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos. Per-frame
+        # values are plain floats: numpy costs more than the math on a handful of them.
+        self.rotors = tuple(bool(kind == mujoco.mjtBias.mjBIAS_NONE)
+                            for kind in self.model.actuator_biastype)
+        self.rotor_count = sum(self.rotors)
         if self.rotor_count:
             self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
             self.time_constant = self._numeric('rotor_time_constant')
             self.max_speed = self._numeric('rotor_max_speed')
-        limited = np.asarray(self.model.actuator_ctrllimited, dtype=bool)
-        ranges = np.asarray(self.model.actuator_ctrlrange, dtype=float)
-        self.lower = np.where(self.rotors, 0.0, np.where(limited, ranges[:, 0], -np.inf))
-        self.upper = np.where(self.rotors, getattr(self, 'max_speed', 0.0),
-                              np.where(limited, ranges[:, 1], np.inf))
+        limited = self.model.actuator_ctrllimited.tolist()
+        ranges = self.model.actuator_ctrlrange.tolist()
+        self.lower = tuple(0.0 if rotor else low if on else -math.inf
+                           for rotor, on, (low, _) in zip(self.rotors, limited, ranges))
+        self.upper = tuple(self.max_speed if rotor else high if on else math.inf
+                           for rotor, on, (_, high) in zip(self.rotors, limited, ranges))
         self._gyro = self._sensor('gyro')
         self._accel = self._sensor('accelerometer')
         self.wind = Wind()
         self.aero = self._force_model()
-        self.commands = np.zeros(self.actuator_count)
-        self.speeds = np.zeros(self.actuator_count)
+        self.commands = [0.0] * self.actuator_count
+        self.speeds = [0.0] * self.actuator_count
         self.steps = 0
         self.reset()
 
@@ -194,17 +195,18 @@ class MujocoVehicle:
         now = self.data.time
         self._mujoco.mj_resetData(self.model, self.data)
         self.data.time = now
-        self.commands[:] = 0.0
-        self.speeds[:] = 0.0
+        self.commands[:] = [0.0] * self.actuator_count
+        self.speeds[:] = [0.0] * self.actuator_count
         self._mujoco.mj_forward(self.model, self.data)
 
     def set_commands(self, values: Sequence[float]) -> None:
         """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
-        values = np.asarray(values, dtype=float)[:self.actuator_count]
-        if not np.all(np.isfinite(values)):
-            raise VehicleError(f'actuator commands are not finite: {values.tolist()}')
-        count = len(values)
-        self.commands[:count] = np.clip(values, self.lower[:count], self.upper[:count])
+        values = [float(value) for value in values[:self.actuator_count]]
+        if not all(map(math.isfinite, values)):
+            raise VehicleError(f'actuator commands are not finite: {values}')
+        commands, lower, upper = self.commands, self.lower, self.upper
+        for index, value in enumerate(values):
+            commands[index] = min(max(value, lower[index]), upper[index])
 
     def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
         """Rotor speeds in rad/s: set_commands for a vehicle whose actuators are all rotors."""
@@ -219,6 +221,7 @@ class MujocoVehicle:
         rotors, commands, speeds = self.rotors, self.commands, self.speeds
         if self.rotor_count:
             blend = 1.0 - math.exp(-step / self.time_constant)
+            thrust = self.thrust_coefficient
         else:
             data.ctrl[:] = commands
         aero, wind = self.aero, self.wind
@@ -226,9 +229,11 @@ class MujocoVehicle:
             if aero is not None:
                 aero.apply(data.qpos, data.qvel, data.xfrc_applied, wind.step(step))
             if self.rotor_count:
-                speeds += blend * (commands - speeds)
-                data.ctrl[:] = np.where(rotors, self.thrust_coefficient * speeds * speeds,
-                                        commands)
+                for index, rotor in enumerate(rotors):
+                    if rotor:
+                        speeds[index] += blend * (commands[index] - speeds[index])
+                data.ctrl[:] = [thrust * speed * speed if rotor else command
+                                for rotor, speed, command in zip(rotors, speeds, commands)]
             mujoco.mj_step(model, data)
         self.steps += count
         mujoco.mj_forward(model, data)
@@ -236,20 +241,21 @@ class MujocoVehicle:
     def state(self) -> VehicleState:
         """Truth and sensors at the current time, in ROS conventions."""
         data = self.data
-        qpos, qvel = data.qpos, data.qvel
-        w, x, y, z = (float(v) for v in qpos[3:7])
-        velocity = (float(qvel[0]), float(qvel[1]), float(qvel[2]))
-        body_velocity = np.zeros(3)
-        self._mujoco.mju_rotVecQuat(body_velocity, qvel[0:3],
-                                    np.array([w, -x, -y, -z]))
-        sensors = data.sensordata
+        px, py, pz, w, x, y, z = data.qpos[0:7].tolist()
+        vx, vy, vz = data.qvel[0:3].tolist()
+        sensors = data.sensordata.tolist()
+        # The world velocity turned into the body: the transpose of the attitude's matrix.
+        xx, yy, zz, xy, xz, yz, wx, wy, wz = (
+            x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z)
+        body_velocity = (
+            (1.0 - 2.0 * (yy + zz)) * vx + 2.0 * (xy + wz) * vy + 2.0 * (xz - wy) * vz,
+            2.0 * (xy - wz) * vx + (1.0 - 2.0 * (xx + zz)) * vy + 2.0 * (yz + wx) * vz,
+            2.0 * (xz + wy) * vx + 2.0 * (yz - wx) * vy + (1.0 - 2.0 * (xx + yy)) * vz)
         return VehicleState(
-            time=float(data.time), position=(float(qpos[0]), float(qpos[1]), float(qpos[2])),
-            orientation=(x, y, z, w), velocity=velocity,
-            body_velocity=tuple(float(v) for v in body_velocity),
-            body_rates=tuple(float(v) for v in sensors[self._gyro]),
-            specific_force=tuple(float(v) for v in sensors[self._accel]),
-            wind=tuple(float(v) for v in self.wind.now),
+            time=float(data.time), position=(px, py, pz), orientation=(x, y, z, w),
+            velocity=(vx, vy, vz), body_velocity=body_velocity,
+            body_rates=tuple(sensors[self._gyro]), specific_force=tuple(sensors[self._accel]),
+            wind=tuple(self.wind.now.tolist()),
             airspeed=None if self.aero is None else self.aero.airspeed)
 
     def view(self) -> Optional[object]:
