@@ -8,7 +8,7 @@ Nothing runs while SITL is silent, and SITL's --speedup runs the model that much
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ros_to_ned_frd
@@ -20,6 +20,9 @@ from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     MujocoVehicle, VehicleError, VehicleState)
+
+if TYPE_CHECKING:
+    from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 
 VIEWER_PERIOD = 1.0 / 60.0
 
@@ -58,8 +61,11 @@ class MujocoLockStep:
                  groups: Union[OutputGroup, Sequence[OutputGroup]], viewer: bool = False,
                  logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None,
-                 recorder: Optional[FlightRecorder] = None) -> None:
+                 recorder: Optional[FlightRecorder] = None,
+                 world: Optional['FleetWorld'] = None) -> None:
+        """A vehicle alone, or one of a fleet whose world steps when all are ready."""
         self.vehicle = vehicle
+        self.world = world
         self.state = state
         # Sees what the sensors read, in ROS conventions (the live convention checks).
         self.checker = checker
@@ -89,7 +95,11 @@ class MujocoLockStep:
         self.after_reply()
         commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
-        self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
+        if self.world is None:
+            self.vehicle.advance(duration)
+        else:
+            self.world.step(self.vehicle.index, duration)
         reading = self.push()
         self._pending = (reading, packet.pwm, commands)
         self.frames += 1
@@ -106,7 +116,7 @@ class MujocoLockStep:
         reading, pwm, commands = self._pending
         self._pending = None
         if self.recorder is not None:
-            self.recorder.add(reading, pwm, commands)
+            self.recorder.add(reading, pwm, commands, self.vehicle.index)
         if self._viewer is not None:
             now = time.monotonic()
             if now - self._viewer_synced >= VIEWER_PERIOD:
@@ -132,16 +142,23 @@ class MujocoLockStep:
     def on_restart(self) -> None:
         """SITL started again: the vehicle back at its start, at rest."""
         self.after_reply()
-        self.vehicle.reset()
+        if self.world is None:
+            self.vehicle.reset()
+        else:
+            self.world.reset(self.vehicle.index)
         self.mapper = ActuatorMapper(self.groups)
         if self.checker is not None:
             self.checker.clear()
-        self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')
+        self.logger.info(f'SITL restarted: the MuJoCo vehicle{self._which()} is back at its '
+                         'start, at rest')
+
+    def _which(self) -> str:
+        return '' if self.world is None else f' {self.vehicle.index}'
 
     def close(self) -> None:
-        """Close the viewer and finish the recording."""
+        """Close the viewer and finish the recording (a fleet's shared one: its maker does)."""
         self.after_reply()
         if self._viewer is not None:
             self._viewer.close()
-        if self.recorder is not None:
+        if self.recorder is not None and self.world is None:
             self.recorder.close()
