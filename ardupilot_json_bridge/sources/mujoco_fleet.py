@@ -38,7 +38,7 @@ class FleetWorld:
 
     @property
     def holding(self) -> List[int]:
-        """The vehicles whose SITL the world waits for, in order."""
+        """Return the vehicles whose SITL the world waits for, in order."""
         with self._condition:
             return sorted(self._active)
 

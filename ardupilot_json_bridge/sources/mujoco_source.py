@@ -63,7 +63,7 @@ class MujocoLockStep:
                  checker: Optional[ConventionChecker] = None,
                  recorder: Optional[FlightRecorder] = None,
                  world: Optional['FleetWorld'] = None) -> None:
-        """A vehicle alone, or one of a fleet whose world steps when all are ready."""
+        """Fly a vehicle alone, or one of a fleet whose world steps when all are ready."""
         self.vehicle = vehicle
         self.world = world
         self.state = state
@@ -106,7 +106,7 @@ class MujocoLockStep:
 
     def after_reply(self) -> None:
         """
-        The frame's recording and viewer, once its reply is on its way.
+        Record the frame and sync the viewer, once its reply is on its way.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
