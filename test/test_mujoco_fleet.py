@@ -1,6 +1,10 @@
 """A fleet in one MuJoCo world: the lock-step rules with test SITL peers, and real ArduCopters."""
 
 import logging
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Dict, List, Sequence
@@ -9,15 +13,18 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
+from test_mujoco import read_bag  # noqa: E402, I100, I202
+
 from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
-from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.core.settings import (  # noqa: E402
+    LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     DEFAULT_MODEL, load_world, MujocoVehicle)
-from conftest import free_udp_port  # noqa: E402
+from conftest import free_udp_port, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import parse_reply, SitlPeer  # noqa: E402
 
@@ -167,6 +174,62 @@ def test_a_restarted_sitl_resets_only_its_own_vehicle(fleet):
     assert replies[0]['timestamp'] > 0.4
     assert -replies[0]['position'][2] > high[0]
     assert fleet.world.holding == [0, 1]
+
+
+def free_instances(count: int) -> int:
+    """Return a first SITL instance whose count UDP ports (9002 + 10 I) are all free."""
+    for first in range(60, 200, count):
+        ports = [sitl_port(first + k) for k in range(count)]
+        sockets = []
+        try:
+            for port in ports:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sockets.append(sock)
+                sock.bind(('127.0.0.1', port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError('no free SITL ports')
+
+
+def test_the_fleet_command_serves_each_sitl_and_records_each_vehicle(tmp_path):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    first, bag = free_instances(2), tmp_path / 'fleet'
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco', '--vehicles', '2',
+               '--instance', str(first), '--record', str(bag)]
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)) as process:
+        peers = [SitlPeer(sitl_port(first + k)) for k in range(2)]
+        replies: Dict[int, list] = {}
+        pwms = ([1600] * 4 + [1000] * 12, [1000] * 16)
+
+        def run(index: int) -> None:
+            replies[index] = peers[index].lock_step(300, pwms[index], timeout=60.0, wait=0.5)
+
+        try:
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(90)
+        finally:
+            for peer in peers:
+                peer.close()
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and 'Traceback' not in output, output
+    assert [len(replies.get(k, [])) for k in range(2)] == [300, 300], output
+    assert f'lock-step with SITL instance {first + 1} (vehicle 1, namespace v1)' in output
+    # Vehicle 1 rests where it started, 2 m north of vehicle 0 (NED x).
+    assert replies[1][-1]['position'][0] == pytest.approx(SPACING, abs=0.01)
+    topics = read_bag(bag)
+    for namespace in ('/v0', '/v1'):
+        assert len(topics[f'{namespace}/imu'][1]) >= 300, sorted(topics)
+        assert f'{namespace}/servo_pwm' in topics and f'{namespace}/odom' in topics
+    assert '/clock' in topics and '/imu' not in topics
 
 
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
