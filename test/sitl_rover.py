@@ -1,8 +1,9 @@
 """
 Drive real ArduRover SITL over MAVLink: a mission uploaded, AUTO, armed, driven and judged.
 
-Starts `ardurover` from ARDUPILOT_SITL_DIR with ArduPilot's rover.parm (and rover-skid.parm for
-the skid-steer frame), as sitl_flight.Sitl starts ArduCopter; tests skip where it is missing.
+Starts `ardurover` (or `arduplane`) from ARDUPILOT_SITL_DIR with ArduPilot's defaults files
+(rover.parm, and rover-skid.parm for the skid-steer frame), as sitl_flight.Sitl starts
+ArduCopter; tests skip where it is missing.
 """
 
 from dataclasses import dataclass, field
@@ -19,16 +20,17 @@ Point = Tuple[float, float]
 EARTH_RADIUS = 6378137.0            # WGS-84, as ArduPilot's Location offsets use
 
 
-class RoverSitl(sitl_flight.Sitl):
-    """ArduRover SITL (rover.parm, plus the skid-steer file) against a JSON backend."""
+class VehicleSitl(sitl_flight.Sitl):
+    """A prebuilt SITL (ardurover, arduplane) with ArduPilot's defaults files, against JSON."""
 
-    def __init__(self, instance: int = 0, speedup: float = 1.0, skid: bool = False) -> None:
-        binary = sitl_flight.sitl_binary('ardurover')
+    def __init__(self, binary_name: str, parms: Sequence[str], instance: int = 0,
+                 speedup: float = 1.0) -> None:
+        binary = sitl_flight.sitl_binary(binary_name)
         if binary is None:
-            raise RuntimeError(f'set {sitl_flight.SITL_DIR_VARIABLE} to a folder with ardurover')
+            raise RuntimeError(f'set {sitl_flight.SITL_DIR_VARIABLE} to a folder with '
+                               f'{binary_name}')
         folder = os.path.dirname(binary)
-        parms = ['rover.parm'] + (['rover-skid.parm'] if skid else [])
-        self.folder = tempfile.mkdtemp(prefix='sitl-rover-')
+        self.folder = tempfile.mkdtemp(prefix=f'sitl-{binary_name}-')
         self.log_path = os.path.join(self.folder, 'sitl.log')
         self._log = open(self.log_path, 'w')
         self.process = subprocess.Popen(
@@ -37,6 +39,13 @@ class RoverSitl(sitl_flight.Sitl):
              ','.join(os.path.join(folder, name) for name in parms)],
             cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
         self.mavlink_port = 5760 + 10 * instance
+
+
+def rover_sitl(instance: int = 0, speedup: float = 1.0,
+               skid: bool = False) -> VehicleSitl:
+    """Start ArduRover with rover.parm, and rover-skid.parm for the skid-steer frame."""
+    parms = ['rover.parm'] + (['rover-skid.parm'] if skid else [])
+    return VehicleSitl('ardurover', parms, instance, speedup)
 
 
 @dataclass

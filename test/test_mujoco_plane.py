@@ -7,11 +7,17 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
+from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
+from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings  # noqa: E402
+from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.fixed_wing import (  # noqa: E402
     Coefficients, drag_coefficient, lift_coefficient, wrench)
+from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
+import sitl_plane  # noqa: E402
 from test_mujoco_rover import serve  # noqa: E402
 
 SPEED, ALTITUDE = 20.0, 100.0
@@ -112,3 +118,52 @@ def test_gusts_vary_about_the_steady_wind_with_the_spread_asked():
     samples = np.array([wind.step(0.01).copy() for _ in range(200000)])
     assert samples.mean(axis=0) == pytest.approx((3.0, 0.0, 0.0), abs=0.1)
     assert samples.std(axis=0) == pytest.approx((1.5, 1.5, 1.5), rel=0.1)
+
+
+def wind_estimate_error(record, truth_enu) -> float:
+    """Return how far ArduPlane's last WIND estimate is from the truth, m/s (horizontal)."""
+    direction, speed, _ = record.wind[-1]
+    # WIND.direction: degrees the wind comes from, clockwise from north.
+    east = -speed * math.sin(math.radians(direction))
+    north = -speed * math.cos(math.radians(direction))
+    return math.hypot(east - truth_enu[0], north - truth_enu[1])
+
+
+@pytest.mark.skipif(sitl_plane.plane_binary() is None,
+                    reason='real ArduPlane: set ARDUPILOT_SITL_DIR to a folder with arduplane '
+                           'and plane.parm')
+def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind():
+    path, shipped = shipped_model('plane')
+    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': 6})
+    model = MujocoVehicle(path)
+    wind = (-5.0, 0.0, 0.0)          # from the east, 5 m/s: a headwind for the take-off
+    model.wind = Wind(wind)
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(model, state, config.outputs)
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    try:
+        with sitl_plane.plane_sitl(instance=6, speedup=3) as sitl:
+            record = sitl_plane.fly_circuit(sitl.mavlink_port,
+                                            lambda: tuple(model.state().position))
+            log = sitl.log()
+    finally:
+        link.stop()
+        source.close()
+    assert record.took_off, (record.texts[-8:], log[-1500:])
+    # plane.parm: WP_LOITER_RAD 80 m; LOITER holds the altitude it starts at.
+    held = record.loiter[0][2]
+    settled = record.loiter[len(record.loiter) // 3:]
+    _, _, radius, _ = sitl_plane.circle(settled)
+    altitude_error = max(abs(point[2] - held) for point in record.loiter)
+    home = min(math.hypot(point[0], point[1]) for point in record.rtl)
+    estimate_error = wind_estimate_error(record, wind)
+    print(f'\nArduPlane in lock-step, wind 5 m/s from the east: took off to '
+          f'{max(p[2] for p in record.takeoff):.1f} m (TKOFF_ALT 50), loiter radius '
+          f'{radius:.1f} m (WP_LOITER_RAD 80), altitude within {altitude_error:.1f} m of '
+          f'{held:.1f} m, RTL passed {home:.0f} m from home at up to '
+          f'{max(p[2] for p in record.rtl):.0f} m; wind estimate off by {estimate_error:.2f} '
+          f'm/s; {model.time:.0f} s of physics in {record.wall_seconds:.0f} s')
+    assert abs(radius - 80.0) < 0.3 * 80.0 and altitude_error < 5.0, (radius, altitude_error)
+    assert home < 80.0 * 1.3
+    assert estimate_error < 1.5, record.wind[-5:]

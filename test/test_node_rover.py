@@ -50,7 +50,7 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
                          environment=environment)) as node:
         truth = PlanarTruth('/rover/odom', domain_id)
         try:
-            with sitl_rover.RoverSitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
+            with sitl_rover.rover_sitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
                 record, corners = sitl_rover.drive_square(sitl.mavlink_port, 20.0,
                                                           lambda: truth.position)
                 log = sitl.log()
