@@ -24,6 +24,17 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
+ROS_ARGS = '--ros-args'
+# The ROS 2 nodes (need rclpy): their summary and description. They take ROS's own arguments,
+# after --ros-args, and none of their own.
+ROS_COMMANDS = {
+    'node': ('the bridge as a ROS 2 node (needs rclpy)',
+             'Serve SITL from the IMU and odometry topics of a ROS 2 simulator, and publish '
+             "SITL's outputs as the parameters' output groups say."),
+    'mujoco-sim': ('the MuJoCo vehicle as a free-running ROS 2 simulator (needs rclpy)',
+                   'Publish /clock, imu and odom of the MuJoCo quad X, paced to the wall '
+                   'clock, and take rotor speeds on command/motor_speed.'),
+}
 
 
 def _sample_bag() -> str:
@@ -62,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='ardupilot-json-bridge',
         description='Serve ArduPilot SITL (--model JSON:<ip>) without ROS.')
-    parser.epilog = ('With ROS 2: `ardupilot-json-bridge node --ros-args ...` runs the bridge '
-                     'node, `ardupilot-json-bridge mujoco-sim --ros-args ...` the MuJoCo '
-                     'simulator node.')
     commands = parser.add_subparsers(dest='command', required=True)
+    for name, (summary, description) in ROS_COMMANDS.items():
+        commands.add_parser(name, help=summary, description=description,
+                            epilog='ROS arguments follow --ros-args: --params-file FILE, '
+                                   '-p name:=value, -r __ns:=/vehicle, -r topic:=other.')
     replay = commands.add_parser(
         'replay', help="serve SITL from a rosbag2 of a simulator's topics",
         description='Replay a rosbag2 (sqlite3 or MCAP) of odometry and IMU to SITL. '
@@ -137,7 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument('--json', action='store_true', help='print the checks as JSON')
     check.add_argument('--log-level', default='info',
                        choices=['debug', 'info', 'warning', 'error'])
+    for subcommand in commands.choices.values():
+        subcommand.set_defaults(subcommand_parser=subcommand)
     return parser
+
+
+def parse_arguments(arguments: List[str]) -> argparse.Namespace:
+    """Parse the command line; an argument a subcommand does not know is its usage error."""
+    args, unknown = build_parser().parse_known_args(arguments)
+    if unknown:
+        args.subcommand_parser.error(f'unrecognized arguments: {" ".join(unknown)}')
+    return args
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -353,16 +375,25 @@ def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
     return serve(link, source, stop)
 
 
+def run_ros_node(command: str, ros_arguments: List[str]) -> int:
+    """Run a ROS 2 node of ROS_COMMANDS with ROS's arguments (from --ros-args on)."""
+    if command == 'node':
+        from ardupilot_json_bridge.ros.node import main as node_main
+        return node_main(['ardupilot-json-bridge', *ros_arguments])
+    from ardupilot_json_bridge.ros.mujoco_sim import main as sim_main
+    return sim_main(['mujoco_sim', *ros_arguments])
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
-    if arguments[:1] in (['node'], ['mujoco-sim']):
-        # The ROS 2 nodes, with ROS's own arguments (--ros-args ...).
-        if arguments[0] == 'node':
-            from ardupilot_json_bridge.ros.node import main as node_main
-            return node_main(['ardupilot-json-bridge'] + arguments[1:])
-        from ardupilot_json_bridge.ros.mujoco_sim import main as sim_main
-        return sim_main(['mujoco_sim'] + arguments[1:])
-    args = build_parser().parse_args(argv)
+    ros_arguments: List[str] = []
+    if arguments[:1] and arguments[0] in ROS_COMMANDS and ROS_ARGS in arguments:
+        # ROS's arguments go to rclpy; anything before them is the parser's (--help, typos).
+        split = arguments.index(ROS_ARGS)
+        arguments, ros_arguments = arguments[:split], arguments[split:]
+    args = parse_arguments(arguments)
+    if args.command in ROS_COMMANDS:
+        return run_ros_node(args.command, ros_arguments)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     stop = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):

@@ -1,6 +1,8 @@
 """Shared fixtures: free UDP ports, running links and SITL peers on loopback."""
 
 import contextlib
+import os
+import random
 import socket
 import subprocess
 from typing import Iterator, List
@@ -11,6 +13,11 @@ from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSett
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.sitl_link import SitlLink
 from sitl_peer import SitlPeer
+
+# One ROS domain per test run, inherited by every node a test starts, so two runs on one
+# machine (a developer's and CI's) do not hear each other: the one .ci/run sets, else random.
+os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
 def free_udp_port() -> int:

@@ -85,8 +85,9 @@ def test_raw_pwm(store):
 
 
 @pytest.mark.parametrize('seconds,sec,nanosec', [
-    (0.0, 0, 0), (1.5, 1, 500000000), (2.9999999999, 2, 999999999),
-    (1e9 + 0.25, 10**9, 250000000)])
+    (0.0, 0, 0), (1.5, 1, 500000000),
+    (2.9999999999, 3, 0),  # the nearest nanosecond is the next second's first
+    (2.9999999994, 2, 999999999), (1e9 + 0.25, 10**9, 250000000)])
 def test_time_message(store, seconds, sec, nanosec):
     stamp = time_message(classes_for(store), seconds)
     assert (stamp.sec, stamp.nanosec) == (sec, nanosec)

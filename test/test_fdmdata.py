@@ -67,6 +67,21 @@ def test_pitot_airspeed_kelvin_or_celsius():
     assert pitot_airspeed(static - 5.0, static, 288.15) == 0.0
 
 
+@pytest.mark.parametrize('temperature, kelvin',
+                         [(0.0, 273.15), (273.15, 273.15), (-20.0, 253.15), (None, 288.15)])
+def test_pitot_airspeed_at_the_thermometers_temperature(temperature, kelvin):
+    # 30 m/s through air at kelvin: dynamic pressure 0.5 rho v^2, rho = p / (287.05 J/kg/K T).
+    # No thermometer: the standard sea-level 15 degC.
+    static = 101325.0
+    pitot = static + 0.5 * static / (287.05 * kelvin) * 30.0 ** 2
+    level = reading(CLIMB, 0.0, float32=False)
+    with_pitot = FdmReading(gps=level.gps, accel=level.accel, gyro=level.gyro, ins=level.ins,
+                            pitot=pitot, static=static, temperature=temperature)
+    converter = FdmDataConverter(FdmDataSettings(host='x', pitot=True))
+    _, _, airspeed = converter.convert(with_pitot, 0.0)
+    assert airspeed.value == pytest.approx(30.0, rel=1e-9)
+
+
 def test_parse_channels():
     assert parse_channels('1,2,4,3') == (1, 2, 4, 3)
     with pytest.raises(ValueError, match='four SERVO numbers'):

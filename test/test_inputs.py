@@ -1,7 +1,9 @@
 """Message conversion with the real ROS 2 message classes of Humble and Jazzy (rosbags)."""
 
+from decimal import Decimal, ROUND_HALF_EVEN
 import math
 
+from hypothesis import given, strategies as st
 import numpy as np
 import pytest
 
@@ -21,6 +23,27 @@ def store(request):
 
 def test_stamp(store):
     assert inputs.stamp_seconds(msgs.header(store, 12.25)) == 12.25
+
+
+@pytest.mark.parametrize('seconds, parts', [
+    (0.0, (0, 0)), (1.5, (1, 500_000_000)),
+    (0.9999999999, (1, 0)),            # 0.1 ns from 1 s: carried, nanosec stays below 1e9
+    (0.9999999994, (0, 999_999_999)),  # 0.6 ns from 1 s, 0.4 ns from 0.999999999 s
+    (-0.25, (-1, 750_000_000)),        # sec + nanosec / 1e9, nanosec unsigned
+    (-1e-10, (0, 0)),
+    # The float nearest 1700000000.123456789 is 1700000000.12345671653747558...: 123456717 ns.
+    (1700000000.123456789, (1_700_000_000, 123_456_717)),
+])
+def test_time_parts_are_the_nearest_nanosecond(seconds, parts):
+    assert inputs.time_parts(seconds) == parts
+
+
+@given(st.floats(min_value=-1e9, max_value=2e9, allow_nan=False))
+def test_time_parts_round_the_exact_value_of_the_float(seconds):
+    # Truth from decimal arithmetic on the float's exact value, rounded half to even as
+    # Python's round() does.
+    nanoseconds = int((Decimal(seconds) * 10**9).to_integral_value(ROUND_HALF_EVEN))
+    assert inputs.time_parts(seconds) == divmod(nanoseconds, 10**9)
 
 
 def test_imu_flu_to_frd(store):

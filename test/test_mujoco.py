@@ -24,11 +24,6 @@ from conftest import free_udp_port, motor_command, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
 
-try:
-    import rosbags  # noqa: F401
-    HAVE_ROSBAGS = True
-except ImportError:
-    HAVE_ROSBAGS = False
 HOVER_SPEED = math.sqrt(1.21 * 9.80665 / 4 / 1.6758e-5)
 
 
@@ -216,13 +211,15 @@ def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_p
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
 def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
+    pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
     config = load_config(default_preset(), '', {'port': 0, 'instance': 3})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
     source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
-                            recorder=FlightRecorder(recording) if HAVE_ROSBAGS else None)
+                            recorder=FlightRecorder(recording))
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     start = vehicle.state().position[2]
@@ -245,12 +242,11 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     print(f'lock-step flight: {vehicle.time:.1f} s of physics in {record.wall_seconds:.1f} s; '
           f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
           f'{record.worst_truth_error():.3f} m')
-    if HAVE_ROSBAGS:
-        # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
-        capsys.readouterr()
-        assert main(['check', recording]) == 0
-        table = capsys.readouterr().out
-        with capsys.disabled():
-            print(f'\nthe recorded flight, checked:\n{table}')
-        for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
-            assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table
+    # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
+    capsys.readouterr()
+    assert main(['check', recording]) == 0
+    table = capsys.readouterr().out
+    with capsys.disabled():
+        print(f'\nthe recorded flight, checked:\n{table}')
+    for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
+        assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table

@@ -1,12 +1,17 @@
 """mujoco_sim as users start it: it publishes, and SIGTERM or SIGINT end it cleanly."""
 
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import List
 
 import pytest
+
+from conftest import reaped
 
 pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip install '
                                     "'.[jazzy]'")
@@ -16,8 +21,7 @@ pytest.importorskip('mujoco', reason='needs the mujoco package')
 @pytest.mark.parametrize('signal_number', [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_the_simulator_cleanly_at_any_moment(signal_number):
     # PYTHONFAULTHANDLER: a hang is aborted below with every thread's stack in the output.
-    environment = dict(os.environ, ROS_DOMAIN_ID='93', ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
-                       PYTHONFAULTHANDLER='1')
+    environment = dict(os.environ, PYTHONFAULTHANDLER='1')
     # The physics thread publishes every millisecond: stop it at several moments, since a
     # signal that lands mid-publish once left a traceback behind.
     for attempt in range(4):
@@ -25,15 +29,99 @@ def test_a_signal_ends_the_simulator_cleanly_at_any_moment(signal_number):
             [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args',
              '-r', '__ns:=/stop'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment)
-        time.sleep(1.5 + 0.17 * attempt)
+        output = Output(process)
+        # Once it runs (a loaded machine may take seconds to import), at several moments.
+        if not output.started.wait(60.0):
+            process.kill()
+            pytest.fail(f'no start-up line within 60 s; output:\n{output.text()}')
+        time.sleep(0.17 * attempt)
         process.send_signal(signal_number)
         try:
-            output, _ = process.communicate(timeout=15)
+            process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGABRT)
-            output, _ = process.communicate()
+            process.wait()
             pytest.fail(f'still running 15 s after {signal_number!r} (attempt {attempt}); '
-                        f'its threads:\n{output}')
-        assert process.returncode == 0, output
-        assert 'Traceback' not in output, output
-        assert 'physics and IMU at 1000 Hz' in output
+                        f'its threads:\n{output.text()}')
+        assert process.returncode == 0, output.text()
+        assert 'Traceback' not in output.text(), output.text()
+
+
+class Output:
+    """A process's output, read by a thread of its own; started once the start-up line came."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: List[str] = []
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self.lines.append(line)
+            if 'physics and IMU at 1000 Hz' in line:
+                self.started.set()
+
+    def text(self) -> str:
+        """Return everything read, to the end once the process ended."""
+        self._thread.join(5.0)
+        return ''.join(self.lines)
+
+
+def simulator(namespace: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args', '-r',
+         f'__ns:={namespace}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import Imu
+    imu, odometry = [], []
+    with reaped(simulator('/listened')) as process:
+        context = rclpy.Context()
+        rclpy.init(context=context)
+        try:
+            node = rclpy.create_node('listener', context=context)
+            node.create_subscription(Imu, '/listened/imu', imu.append, 100)
+            node.create_subscription(Odometry, '/listened/odom', odometry.append, 100)
+            executor = SingleThreadedExecutor(context=context)
+            executor.add_node(node)
+            deadline = time.monotonic() + 60.0
+            while ((len(imu) < 1000 or len(odometry) < 250) and time.monotonic() < deadline
+                   and process.poll() is None):
+                executor.spin_once(timeout_sec=0.1)
+            executor.shutdown()
+            node.destroy_node()
+        finally:
+            rclpy.shutdown(context=context)
+        process.terminate()
+        output, _ = process.communicate(timeout=15)
+    assert len(imu) >= 1000 and len(odometry) >= 250, \
+        f'received {len(imu)} imu and {len(odometry)} odom messages; simulator:\n{output}'
+    # Physics steps of 1 ms, odometry every fourth (a slow subscriber may miss some).
+    for messages, period in ((imu, 1e-3), (odometry, 4e-3)):
+        stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in messages]
+        steps = [(b - a) / period for a, b in zip(stamps, stamps[1:])]
+        assert all(step >= 1 - 1e-6 and abs(step - round(step)) < 1e-6 for step in steps), \
+            [s for s in steps if not (s >= 1 - 1e-6 and abs(s - round(s)) < 1e-6)][:5]
+    # At rest on its legs, level, facing east (REP-103, FLU): the IMU reads no turn and
+    # gravity's reaction up; odometry holds the pose still, 7 cm up.
+    settled = imu[len(imu) // 2:]
+    for message in settled:
+        gyro, accel = message.angular_velocity, message.linear_acceleration
+        assert max(abs(gyro.x), abs(gyro.y), abs(gyro.z)) < 1e-3, gyro
+        assert (accel.x, accel.y, accel.z) == pytest.approx((0.0, 0.0, 9.80665), abs=0.05)
+    assert {m.header.frame_id for m in imu} == {'base_link'}
+    for message in odometry[len(odometry) // 2:]:
+        pose, twist = message.pose.pose, message.twist.twist
+        assert (pose.position.x, pose.position.y, pose.position.z) == pytest.approx(
+            (0.0, 0.0, 0.07), abs=2e-3)
+        q = pose.orientation
+        assert math.hypot(q.x, q.y, q.z, q.w) == pytest.approx(1.0, abs=1e-9)
+        assert abs(q.w) == pytest.approx(1.0, abs=1e-4)
+        assert (twist.linear.x, twist.linear.y, twist.linear.z) == pytest.approx(
+            (0.0, 0.0, 0.0), abs=1e-2)
+    assert {(m.header.frame_id, m.child_frame_id) for m in odometry} == {('odom', 'base_link')}

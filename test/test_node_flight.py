@@ -73,9 +73,8 @@ def start(*arguments: str, environment: dict) -> subprocess.Popen:
 # Gazebo's usual rates (1 kHz IMU, 250 Hz odometry), and a simulator publishing at 250 Hz.
 @pytest.mark.parametrize('imu_rate, odom_rate', [(1000, 250), (250, 250)])
 def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
-    domain_id = 60 + imu_rate % 7
-    environment = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
-                       ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
+    environment = dict(os.environ)
     instance = 2
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/quad', '-p',
                       f'imu_rate:={imu_rate}.0', '-p', f'odom_rate:={odom_rate}.0',

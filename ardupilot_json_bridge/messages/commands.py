@@ -6,10 +6,10 @@ here without ROS. Every field is given by keyword, as both kinds of class accept
 """
 
 from dataclasses import dataclass
-import math
 from typing import Any, Callable, List, Sequence, Tuple
 
 from ardupilot_json_bridge.core.pwm import ActuatorField, OutputGroup, OutputKind
+from ardupilot_json_bridge.messages.inputs import time_parts
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,9 @@ class MessageClasses:
 
 
 def time_message(classes: MessageClasses, seconds: float) -> Any:
-    """builtin_interfaces/Time of a time in seconds."""
-    whole = math.floor(seconds)
-    nanoseconds = min(int(round((seconds - whole) * 1e9)), 999_999_999)
-    return classes.time(sec=int(whole), nanosec=nanoseconds)
+    """builtin_interfaces/Time of a time in seconds (inputs.time_parts: the nearest ns)."""
+    sec, nanosec = time_parts(seconds)
+    return classes.time(sec=sec, nanosec=nanosec)
 
 
 def actuators_message(classes: MessageClasses, field: ActuatorField, values: Sequence[float],

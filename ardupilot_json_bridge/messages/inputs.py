@@ -22,6 +22,7 @@ RC_CHANNELS = 12
 Matrix3 = Tuple[Vector3, Vector3, Vector3]
 RC_CENTRE_US = 1500.0
 RC_HALF_RANGE_US = 500.0
+NANOSECONDS_PER_SECOND = 1_000_000_000
 
 
 def time_seconds(time: Any) -> float:
@@ -30,9 +31,17 @@ def time_seconds(time: Any) -> float:
 
 
 def time_parts(seconds: float) -> Tuple[int, int]:
-    """Return (sec, nanosec) of a builtin_interfaces/Time, the nanoseconds rounded and carried."""
-    whole, nanoseconds = divmod(round(seconds * 1e9), 1_000_000_000)
-    return int(whole), int(nanoseconds)
+    """
+    Return (sec, nanosec) of a builtin_interfaces/Time: the nanosecond nearest to seconds.
+
+    The ROS definition: the time is sec + nanosec / 1e9 with 0 <= nanosec < 1e9. So a fraction
+    that rounds to a whole second carries into sec (0.9999999999 s is (1, 0)), and a time
+    before zero has a positive nanosec (-0.25 s is (-1, 750000000)). The fraction is split off
+    before it is scaled: seconds * 1e9 would lose nanoseconds of wall-clock times (1.7e9 s).
+    """
+    whole = math.floor(seconds)
+    carry, nanoseconds = divmod(round((seconds - whole) * 1e9), NANOSECONDS_PER_SECOND)
+    return int(whole) + carry, nanoseconds
 
 
 def stamp_seconds(header: Any) -> float:

@@ -21,7 +21,7 @@ from typing import Any, List, Optional, Sequence
 from nav_msgs.msg import Odometry
 import numpy as np
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64, Float64MultiArray
@@ -30,14 +30,11 @@ from ardupilot_json_bridge.config import (
     config_from_parameters, ConfigError, load_parameters_file, NODE_NAME, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
-from ardupilot_json_bridge.ros.node import run_node
+from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     DEFAULT_VEHICLE, MODELS_DIR, MujocoVehicle, VehicleError, VEHICLES)
 
-# Commands: reliable, as the bridge publishes them.
-COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                         reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.VOLATILE)
+# Commands are taken with node.COMMAND_QOS, the QoS the bridge publishes them with.
 # Sensors: reliable like ros_gz_bridge; best-effort subscribers receive them too.
 SENSOR_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE)

@@ -30,6 +30,9 @@ WGS84_A = 6378137.0
 WGS84_E2 = 6.69437999014e-3
 GAS_CONSTANT_AIR = 287.05
 KELVIN_THRESHOLD = 150.0
+# Air temperature (K) when the simulator has no thermometer: the standard atmosphere's at sea
+# level.
+STANDARD_TEMPERATURE = 288.15
 AIRDATA, FIXES = 'airdata', 'fixes'
 FIX_WINDOW = 1.0
 SURFACE = ChannelScaling(multiplier=2.0, offset=-0.5)
@@ -127,8 +130,9 @@ class FdmDataConverter:
         gyro = tuple(math.radians(v) for v in reading.gyro)
         airspeed = ins_airspeed
         if reading.pitot is not None and reading.static is not None:
-            airspeed = pitot_airspeed(reading.pitot, reading.static,
-                                      reading.temperature or 288.15)
+            temperature = reading.temperature  # 0 is a temperature (0 degC), not a missing one
+            airspeed = pitot_airspeed(reading.pitot, reading.static, STANDARD_TEMPERATURE
+                                      if temperature is None else temperature)
         return (ImuSample(stamp, gyro, tuple(reading.accel)),
                 OdometrySample(stamp, tuple(float(v) for v in position),
                                tuple(float(v) for v in velocity),

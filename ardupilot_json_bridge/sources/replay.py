@@ -6,6 +6,11 @@ is served on its own frame grid; with R = 0 each primary sample waits until the 
 served the one before (every message in between delivered first, whatever the order of the
 topics), so the bag plays as fast as SITL asks for frames, one sample per frame. The bag is
 read lazily: memory does not grow with its length.
+
+Looping shifts every stamp of the next pass by the span of the primary stamps plus one primary
+step, so SITL's time runs on by one sample. Log times only order and pace the messages: a bag
+recorded without --use-sim-time logs them at wall speed, which differs from the stamps' speed
+whenever the simulator is not at real time, and `record -a` logs topics beyond the simulator's.
 """
 
 import collections
@@ -84,7 +89,10 @@ class BagReplay:
         self.primary_step = 0.0
         self._log_to_stamp = 0.0
         self._wall_start = 0.0
+        # Log time (ns) of the first message read in this pass: the pace's origin.
+        self._log_start: Optional[int] = None
         self._next_progress = 0.0
+        self._first_primary: Optional[float] = None
         self._previous_primary: Optional[float] = None
 
     def _check_topics(self) -> Dict[str, str]:
@@ -128,7 +136,8 @@ class BagReplay:
         self._next_progress = time.monotonic() + PROGRESS_PERIOD
         while not self._stop.is_set():
             self._wall_start = time.monotonic()
-            self._previous_primary, self._clock = None, None
+            self._log_start = None
+            self._first_primary, self._previous_primary, self._clock = None, None, None
             held: Deque[BagMessage] = collections.deque()
             topics = [*self.routes, *([self._clock_topic] if self._clock_topic else [])]
             for message in read_messages(settings.bag, topics):
@@ -155,7 +164,12 @@ class BagReplay:
                 if settings.rate == 0.0:
                     self.state.wait_until_served(END_WAIT)
                 return
-            offset += self.span + (self.primary_step or 1e-3)
+            if self._first_primary is None:
+                self.logger.error(f'{settings.bag} has no {self._primary} message to loop '
+                                  'over: the replay stops')
+                return
+            # The next pass's first sample comes one step after this pass's last.
+            offset += self._previous_primary - self._first_primary + (self.primary_step or 1e-3)
             if self.checker is not None:
                 self.checker.clear()  # the recording starts over: its stamps go back
 
@@ -168,8 +182,10 @@ class BagReplay:
         """
         rate = self.settings.rate
         now = time.monotonic()
+        if self._log_start is None:
+            self._log_start = message.log_time_ns
         if rate > 0.0:
-            due = self._wall_start + (message.log_time_ns - self.start_ns) * 1e-9 / rate
+            due = self._wall_start + (message.log_time_ns - self._log_start) * 1e-9 / rate
             if due > now and self._stop.wait(due - now):
                 return False
         elif self._stop.is_set():
@@ -186,6 +202,8 @@ class BagReplay:
             self._log_to_stamp = stamp - log_time
             if self._previous_primary is not None and stamp > self._previous_primary:
                 self.primary_step = stamp - self._previous_primary
+            if self._first_primary is None:
+                self._first_primary = stamp
             self._previous_primary = stamp
         route = self.routes[message.topic]
         deliver(route, message.message, log_time + self._log_to_stamp, self.state,
