@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
-    engine.add_argument('--namespace-prefix', default='v',
-                        help="a fleet's vehicle k records under <prefix>k (default v)")
+    engine.add_argument('--namespace-prefix', default='vehicle',
+                        help="a fleet's vehicle k records under <prefix>k (default vehicle, "
+                             "as mujoco-sim's vehicles:=N and the fleet launch)")
     _add_link_arguments(engine)
     fdm = commands.add_parser(
         'fdmdata', help='serve SITL from an FDMData (Huginn) flight simulator',

@@ -222,11 +222,11 @@ def test_the_fleet_command_serves_each_sitl_and_records_each_vehicle(tmp_path):
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0 and 'Traceback' not in output, output
     assert [len(replies.get(k, [])) for k in range(2)] == [300, 300], output
-    assert f'lock-step with SITL instance {first + 1} (vehicle 1, namespace v1)' in output
+    assert f'lock-step with SITL instance {first + 1} (vehicle 1, namespace vehicle1)' in output
     # Vehicle 1 rests where it started, 2 m north of vehicle 0 (NED x).
     assert replies[1][-1]['position'][0] == pytest.approx(SPACING, abs=0.01)
     topics = read_bag(bag)
-    for namespace in ('/v0', '/v1'):
+    for namespace in ('/vehicle0', '/vehicle1'):
         assert len(topics[f'{namespace}/imu'][1]) >= 300, sorted(topics)
         assert f'{namespace}/servo_pwm' in topics and f'{namespace}/odom' in topics
     assert '/clock' in topics and '/imu' not in topics

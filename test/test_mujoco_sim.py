@@ -125,3 +125,46 @@ def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
         assert (twist.linear.x, twist.linear.y, twist.linear.z) == pytest.approx(
             (0.0, 0.0, 0.0), abs=1e-2)
     assert {(m.header.frame_id, m.child_frame_id) for m in odometry} == {('odom', 'base_link')}
+
+
+def test_a_fleet_of_two_publishes_each_vehicle_in_its_namespace_and_takes_its_commands():
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import Float64MultiArray
+    odometry = {0: [], 1: []}
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args',
+               '-r', '__ns:=/fleet', '-p', 'vehicles:=2']
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)) as process:
+        context = rclpy.Context()
+        rclpy.init(context=context)
+        try:
+            node = rclpy.create_node('fleet_listener', context=context)
+            for index in (0, 1):
+                node.create_subscription(Odometry, f'/fleet/vehicle{index}/odom',
+                                         odometry[index].append, 100)
+            # Vehicle 1's rotors at 500 rad/s (above hover's 419): it climbs, vehicle 0 rests.
+            motors = node.create_publisher(Float64MultiArray,
+                                           '/fleet/vehicle1/command/motor_speed', 10)
+            executor = SingleThreadedExecutor(context=context)
+            executor.add_node(node)
+            deadline = time.monotonic() + 60.0
+            while (time.monotonic() < deadline and process.poll() is None
+                   and (len(odometry[0]) < 250 or not odometry[1]
+                        or odometry[1][-1].pose.pose.position.z < 0.5)):
+                motors.publish(Float64MultiArray(data=[500.0] * 4))
+                executor.spin_once(timeout_sec=0.05)
+            executor.shutdown()
+            node.destroy_node()
+        finally:
+            rclpy.shutdown(context=context)
+        process.terminate()
+        output, _ = process.communicate(timeout=15)
+    assert odometry[0] and odometry[1], f'no odometry; simulator:\n{output}'
+    assert '2 vehicles in one world' in output, output
+    # Spaced 2 m apart north (ENU y); vehicle 0 at rest on its legs, vehicle 1 climbing.
+    rest, flying = odometry[0][-1].pose.pose.position, odometry[1][-1].pose.pose.position
+    assert (rest.x, rest.y, rest.z) == pytest.approx((0.0, 0.0, 0.07), abs=2e-3)
+    assert (flying.x, flying.y) == pytest.approx((0.0, 2.0), abs=0.05)
+    assert flying.z > 0.5
