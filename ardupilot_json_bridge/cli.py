@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid) or an '
                                         "MJCF file; a shipped vehicle's preset is the default "
                                         '--config')
+    engine.add_argument('--wind', metavar='EAST,NORTH[,UP]',
+                        help='steady wind in m/s (ENU) for a model with aerodynamics (the '
+                             'plane); SITL hears it through the airspeed')
+    engine.add_argument('--gust', type=float, default=0.0, metavar='M/S',
+                        help='standard deviation of the gusts about the steady wind')
     engine.add_argument('--viewer', action='store_true',
                         help="open MuJoCo's passive viewer (needs a display)")
     engine.add_argument('--group', help='the one output group of the preset that drives '
@@ -254,7 +259,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
     from ardupilot_json_bridge.sources.mujoco_vehicle import (
-        DEFAULT_VEHICLE, load_world, MujocoVehicle, shipped_model)
+        DEFAULT_VEHICLE, engine_wind, load_world, MujocoVehicle, shipped_model)
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
@@ -280,6 +285,8 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     vehicles = [MujocoVehicle(path, world, index) for index in range(count)]
     for vehicle in vehicles:
         vehicle.reset()
+        if args.wind or args.gust:
+            vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
     fleet = FleetWorld(vehicles, config.link.peer_timeout, config.link.instance) \
         if count > 1 else None
     namespaces = [f'{args.namespace_prefix}{index}' if count > 1 else ''

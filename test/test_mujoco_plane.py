@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
-from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
+from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa: E402
 from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
@@ -17,6 +17,7 @@ from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: 
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
+from conftest import free_udp_port  # noqa: E402
 import sitl_plane  # noqa: E402
 from test_mujoco_rover import serve  # noqa: E402
 
@@ -129,6 +130,25 @@ def wind_estimate_error(record, truth_enu) -> float:
     return math.hypot(east - truth_enu[0], north - truth_enu[1])
 
 
+def judge_circuit(record, wind, how: str) -> None:
+    """Print and check a circuit's figures: loiter radius and altitude, RTL, wind estimate."""
+    # plane.parm: WP_LOITER_RAD 80 m; LOITER holds the altitude it starts at.
+    held = record.loiter[0][2]
+    _, _, radius, _ = sitl_plane.circle(record.loiter[len(record.loiter) // 3:])
+    altitude_error = max(abs(point[2] - held) for point in record.loiter)
+    home = min(math.hypot(point[0], point[1]) for point in record.rtl)
+    estimate_error = wind_estimate_error(record, wind)
+    print(f'\nArduPlane {how} in {record.wall_seconds:.0f} s, wind {wind} m/s (ENU): took off '
+          f'to {max(p[2] for p in record.takeoff):.1f} m (TKOFF_ALT 50), loiter radius '
+          f'{radius:.1f} m (WP_LOITER_RAD 80), altitude within {altitude_error:.1f} m of '
+          f'{held:.1f} m, RTL passed {home:.0f} m from home at up to '
+          f'{max(p[2] for p in record.rtl):.0f} m; wind estimate off by {estimate_error:.2f} '
+          f'm/s')
+    assert abs(radius - 80.0) < 0.3 * 80.0 and altitude_error < 5.0, (radius, altitude_error)
+    assert home < 80.0 * 1.3
+    assert estimate_error < 1.5, record.wind[-5:]
+
+
 @pytest.mark.skipif(sitl_plane.plane_binary() is None,
                     reason='real ArduPlane: set ARDUPILOT_SITL_DIR to a folder with arduplane '
                            'and plane.parm')
@@ -151,19 +171,15 @@ def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind():
         link.stop()
         source.close()
     assert record.took_off, (record.texts[-8:], log[-1500:])
-    # plane.parm: WP_LOITER_RAD 80 m; LOITER holds the altitude it starts at.
-    held = record.loiter[0][2]
-    settled = record.loiter[len(record.loiter) // 3:]
-    _, _, radius, _ = sitl_plane.circle(settled)
-    altitude_error = max(abs(point[2] - held) for point in record.loiter)
-    home = min(math.hypot(point[0], point[1]) for point in record.rtl)
-    estimate_error = wind_estimate_error(record, wind)
-    print(f'\nArduPlane in lock-step, wind 5 m/s from the east: took off to '
-          f'{max(p[2] for p in record.takeoff):.1f} m (TKOFF_ALT 50), loiter radius '
-          f'{radius:.1f} m (WP_LOITER_RAD 80), altitude within {altitude_error:.1f} m of '
-          f'{held:.1f} m, RTL passed {home:.0f} m from home at up to '
-          f'{max(p[2] for p in record.rtl):.0f} m; wind estimate off by {estimate_error:.2f} '
-          f'm/s; {model.time:.0f} s of physics in {record.wall_seconds:.0f} s')
-    assert abs(radius - 80.0) < 0.3 * 80.0 and altitude_error < 5.0, (radius, altitude_error)
-    assert home < 80.0 * 1.3
-    assert estimate_error < 1.5, record.wind[-5:]
+    judge_circuit(record, wind, f'in lock-step, {model.time:.0f} s of physics')
+
+
+@pytest.mark.parametrize('arguments, message', [
+    (['--model', 'rover', '--wind', '3,0'], 'rover.xml has no aerodynamics to feel a wind'),
+    (['--model', 'plane', '--wind', '3,east'], "expected EAST,NORTH[,UP] in m/s, got '3,east'"),
+    (['--model', 'plane', '--gust', '-1'], 'gusts need a standard deviation >= 0'),
+])
+def test_a_wind_the_engine_cannot_blow_is_refused_before_anything_starts(
+        arguments, message, caplog):
+    assert main(['mujoco', *arguments, '--port', str(free_udp_port())]) == 2
+    assert message in caplog.text

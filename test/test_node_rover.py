@@ -7,6 +7,7 @@ publish. Skips where rclpy, mujoco or the prebuilt ardurover (ARDUPILOT_SITL_DIR
 """
 
 import os
+from typing import Tuple
 
 import pytest
 
@@ -23,14 +24,24 @@ from test_node_flight import SimulatorTruth, start  # noqa: E402
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config')
 
 
-class PlanarTruth(SimulatorTruth):
-    """The simulator's own position east and north of its start, from its odometry."""
+class PositionTruth(SimulatorTruth):
+    """The simulator's own position (ENU, from its start on the ground), from its odometry."""
 
-    position = (0.0, 0.0)
+    position = (0.0, 0.0, 0.0)
 
     def _on_odometry(self, data: bytes) -> None:
         point = decode_odometry(data).pose.pose.position
-        self.position = (point.x, point.y)
+        self.position = (point.x, point.y, point.z)
+
+
+def stopped(node, sim) -> Tuple[str, str]:
+    """Stop the bridge node and the simulator; check they ended cleanly; return their output."""
+    node.terminate()
+    sim.terminate()
+    node_output, sim_output = (process.communicate(timeout=15)[0] for process in (node, sim))
+    assert node.returncode == 0 and sim.returncode == 0, (node_output + sim_output)[-2000:]
+    assert 'Traceback' not in node_output + sim_output
+    return node_output, sim_output
 
 
 @pytest.mark.skipif(sitl_rover.rover_binary() is None,
@@ -48,21 +59,17 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
             reaped(start('node', '--ros-args', '-r', '__ns:=/rover', '--params-file', preset,
                          '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
                          environment=environment)) as node:
-        truth = PlanarTruth('/rover/odom', domain_id)
+        truth = PositionTruth('/rover/odom', domain_id)
         try:
             with sitl_rover.rover_sitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
                 record, corners = sitl_rover.drive_square(sitl.mavlink_port, 20.0,
-                                                          lambda: truth.position)
+                                                          lambda: truth.position[:2])
                 log = sitl.log()
         finally:
             truth.close()
-        node.terminate()
-        sim.terminate()
-        node_output, sim_output = (p.communicate(timeout=15)[0] for p in (node, sim))
-    assert node.returncode == 0 and sim.returncode == 0, (node_output + sim_output)[-2000:]
+        node_output, sim_output = stopped(node, sim)
     assert record.armed and record.finished, (record.reached, record.texts[-8:],
                                               node_output[-1000:], log[-1000:])
-    assert 'Traceback' not in node_output + sim_output
     miss, cross_track, home = mission_figures(record, corners, wp_speed)
     corner = sitl_rover.worst_path_distance(record.track, corners)
     print(f'\n{vehicle} through the node: square of 20 m in AUTO in {record.wall_seconds:.0f} '

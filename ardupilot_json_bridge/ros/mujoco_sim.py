@@ -7,9 +7,12 @@ actuators' commands on the topics its preset's output groups name, as the bridge
 them: the quad's rotor speeds in rad/s on `command/motor_speed` (std_msgs/Float64MultiArray as
 ros2_control forward controllers take, or actuator_msgs/Actuators velocity as Gazebo's
 MulticopterMotorModel does), the rover's steering and wheel joints on its controllers' command
-topics. Topics are relative, so namespaces apply. Physics runs in a thread paced to the wall
-clock by sleeping. With vehicles:=N, N copies of the vehicle fly in one world, each with its
-topics under <namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
+topics. A vehicle with aerodynamics (the plane) also
+publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3Stamped, ENU,
+m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
+relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping.
+With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
+<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
 """
 
 from dataclasses import replace
@@ -19,6 +22,7 @@ import threading
 import time
 from typing import Any, List, Optional, Sequence
 
+from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
 from rclpy.node import Node
@@ -35,6 +39,7 @@ from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     advance_together, DEFAULT_VEHICLE, load_world, MODELS_DIR, MujocoVehicle, VehicleError,
     VEHICLES)
+from ardupilot_json_bridge.sources.wind import Wind
 
 # Commands are taken with node.COMMAND_QOS, the QoS the bridge publishes them with.
 # Sensors: reliable like ros_gz_bridge; best-effort subscribers receive them too.
@@ -65,6 +70,8 @@ class MujocoSim(Node):
         prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
         if count < 1:
             raise ValueError(f'vehicles: {count} is not a number of vehicles (1 or more)')
+        wind = list(self.declare_parameter('wind', [0.0, 0.0, 0.0]).value)
+        gust = float(self.declare_parameter('gust', 0.0).value)
         shipped = VEHICLES[name]
         path = model or os.path.join(MODELS_DIR, shipped.model)
         world = load_world(path, count)
@@ -73,6 +80,20 @@ class MujocoSim(Node):
             vehicle.reset()
         self.vehicle = self.vehicles[0]
         self.namespaces = [f'{prefix}{index}/' if count > 1 else '' for index in range(count)]
+        self._air = [None] * count
+        if self.vehicle.aero is not None:
+            for vehicle, ns in zip(self.vehicles, self.namespaces):
+                try:
+                    vehicle.wind = Wind(wind, gust)
+                except ValueError as error:
+                    raise ValueError(str(error)) from None
+                air = (self.create_publisher(Float64, f'{ns}airspeed', SENSOR_QOS),
+                       self.create_publisher(Vector3Stamped, f'{ns}wind', SENSOR_QOS),
+                       Float64(), Vector3Stamped())
+                air[3].header.frame_id = self.frame_id
+                self._air[vehicle.index] = air
+        elif any(wind) or gust:
+            raise ValueError(f'wind: {self.vehicle.path} has no aerodynamics to feel a wind')
         groups = command_groups(preset or shipped_preset(shipped.preset), command_type)
         self.odom_every = max(1, round(self.rate / odom_rate))
         self.imu_publishers = [self.create_publisher(Imu, f'{ns}imu', SENSOR_QOS)
@@ -206,6 +227,14 @@ class MujocoSim(Node):
             twist.linear.x, twist.linear.y, twist.linear.z = state.body_velocity
             twist.angular.x, twist.angular.y, twist.angular.z = state.body_rates
             self.odom_publishers[index].publish(odom)
+            air = self._air[index]
+            if air is not None:
+                airspeed_publisher, wind_publisher, airspeed, wind = air
+                airspeed.data = float(state.airspeed)
+                airspeed_publisher.publish(airspeed)
+                wind.header.stamp = clock.clock
+                wind.vector.x, wind.vector.y, wind.vector.z = state.wind
+                wind_publisher.publish(wind)
 
     def destroy_node(self) -> None:
         """Stop the physics thread before the node goes."""

@@ -118,6 +118,22 @@ def fleet_prefix(index: int) -> str:
     return f'v{index}_' if index else ''
 
 
+def engine_wind(vehicle: 'MujocoVehicle', wind: Optional[str], gust: float) -> Wind:
+    """Return the wind asked for ('EAST,NORTH[,UP]' m/s and gusts) for a vehicle that feels it."""
+    if vehicle.aero is None:
+        raise VehicleError(f'--wind: {vehicle.path} has no aerodynamics to feel a wind')
+    try:
+        values = [float(v) for v in (wind or '0,0').split(',')]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise VehicleError(f'--wind: expected EAST,NORTH[,UP] in m/s, got {wind!r}')
+    try:
+        return Wind((values + [0.0])[:3], gust)
+    except ValueError as error:
+        raise VehicleError(f'--{error}') from None
+
+
 def load_world(path: str, count: int = 1, spacing: float = FLEET_SPACING):
     """
     Return the MjModel of count copies of a vehicle model in one world, and its MjData.
