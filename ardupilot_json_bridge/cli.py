@@ -147,12 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
         'check', help="judge a bag's conventions (frames, units, gravity, time)",
         description="Judge the simulator's conventions from its own IMU and odometry in a "
                     'rosbag2: gravity, world frame, IMU mounting, twist frame, quaternions, '
-                    'units and stamps, each with what was measured and the fix. Exits 1 when '
-                    'a check is wrong. Without BAG, the shipped sample.')
+                    'units and stamps, and from servo_pwm the layout SITL mixes for, each '
+                    'with what was measured and the fix. Exits 1 when a check is wrong. '
+                    'Without BAG, the shipped sample.')
     check.add_argument('bag', nargs='?', help='rosbag2 directory')
     check.add_argument('--namespace', default='', help='namespace of the recorded topics')
     check.add_argument('--config', help="ros__parameters YAML (the node's presets work)")
     check.add_argument('--json', action='store_true', help='print the checks as JSON')
+    check.add_argument('--vehicle', choices=['copter', 'plane', 'rover'],
+                       help="what the bag's servo_pwm drives, for the layout check: a copter's "
+                            "motors, a plane's aileron (SERVO1) or a rover's steering (SERVO1); "
+                            "default: a copter's layouts are tried")
     check.add_argument('--log-level', default='info',
                        choices=['debug', 'info', 'warning', 'error'])
     for subcommand in commands.choices.values():
@@ -174,27 +179,41 @@ def run_check(args: argparse.Namespace) -> int:
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
-    from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
+    from ardupilot_json_bridge.sources.bagfile import bag_topics, CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
     odom_topic = resolve_topic(args.namespace, inputs.odom_topic)
-    checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW)
-    clock = None
+    pwm_topic = resolve_topic(args.namespace, config.raw_pwm_topic or 'servo_pwm')
+    checker = ConventionChecker(inputs.imu_mounting_rpy, inputs.odom_twist_frame, CHECK_WINDOW,
+                                args.vehicle)
+    clock, clock_logged = None, 0.0
     bag = args.bag or _sample_bag()
-    for message in read_messages(bag, [imu_topic, odom_topic, CLOCK_TOPIC]):
+    available = bag_topics(bag)
+    missing = [topic for topic in (imu_topic, odom_topic) if topic not in available]
+    if missing:
+        listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+        raise BagError(f'{bag} has no {" and no ".join(missing)} (--namespace '
+                       f'{args.namespace!r}); its topics: {listing}')
+    topics = [imu_topic, odom_topic] + [t for t in (CLOCK_TOPIC, pwm_topic) if t in available]
+    for message in read_messages(bag, topics):
+        log_time = message.log_time_ns * 1e-9
         if message.topic == CLOCK_TOPIC:
             # Each IMU stamp is paired with the clock when it was logged.
-            clock = time_seconds(message.message.clock)
-            continue
-        stamp = stamp_seconds(message.message.header)
-        if message.topic == imu_topic:
+            clock, clock_logged = time_seconds(message.message.clock), log_time
+        elif message.topic == pwm_topic:
+            # No header: the PWM applies at the clock it was logged at, carried on by the log
+            # time since the last /clock.
+            checker.add_pwm(log_time if clock is None else clock + log_time - clock_logged,
+                            message.message.data)
+        elif message.topic == imu_topic:
+            stamp = stamp_seconds(message.message.header)
             observe_imu(checker, message.message, stamp)
             if clock is not None:
                 checker.add_clock(stamp, clock)
         else:
-            observe_odometry(checker, message.message, stamp)
+            observe_odometry(checker, message.message, stamp_seconds(message.message.header))
     checks = checker.checks()
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))

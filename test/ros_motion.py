@@ -22,6 +22,12 @@ ODOM_DELAY = 0.05
 VIBRATION_HZ = 25.0
 RATE_STEP = 1e-5
 # Swings: (amplitude, angular frequency rad/s, phase) per axis.
+# A crash landing: the vertical speed (m/s) stopped and the roll (rad) jolted within a time
+# constant (s); the runs of frames a loaded machine skips last up to SKIPPED_RUN (s).
+IMPACT_SPEED = 2.0
+IMPACT_ROLL = 0.2
+IMPACT_TIME = 0.003
+SKIPPED_RUN = 0.1
 ANGLE_SWINGS = ((0.35, 1.3, 0.2), (0.3, 1.7, 1.0), (1.2, 0.9, 0.0))
 POSITION_SWINGS = ((3.0, 0.8, 0.0), (2.0, 1.0, 0.6), (1.0, 1.2, 0.3))
 
@@ -40,6 +46,19 @@ class Stream:
     phase: float = 0.0
     seed: int = 1
     vibration: float = 0.0
+    # A loaded machine: runs of frames skipped (the fraction lost), steps that vary (a
+    # fraction of the step, uniform), and a crash landing at this time (s), 0 for none.
+    skipped: float = 0.0
+    irregular: float = 0.0
+    impact: float = 0.0
+
+
+def _sigmoid(x: float) -> float:
+    return 0.5 * (1.0 + math.tanh(0.5 * x))
+
+
+def _softplus(x: float) -> float:
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
 
 def _rotation(stream: Stream, t: float) -> Rotation:
@@ -48,7 +67,42 @@ def _rotation(stream: Stream, t: float) -> Rotation:
         return Rotation.from_euler('xyz', [0.02, -0.03, 0.7])
     angles = [a * math.sin(w * t + p + stream.phase) for a, w, p in ANGLE_SWINGS]
     angles[0] += stream.vibration * math.sin(2 * math.pi * VIBRATION_HZ * t)
+    if stream.impact:
+        angles[0] += IMPACT_ROLL * _sigmoid((t - stream.impact) / IMPACT_TIME)
     return Rotation.from_euler('ZYX', angles[::-1])
+
+
+def _impact(stream: Stream, t: float, order: int) -> np.ndarray:
+    """Return the landing's share of position, velocity or acceleration (IMPACT_SPEED up)."""
+    if not stream.impact:
+        return np.zeros(3)
+    x = (t - stream.impact) / IMPACT_TIME
+    sigma = _sigmoid(x)
+    share = [IMPACT_TIME * _softplus(x), sigma, sigma * (1.0 - sigma) / IMPACT_TIME][order]
+    return np.array([0.0, 0.0, IMPACT_SPEED * share])
+
+
+def sample_times(stream: Stream, rate: float, seed: int) -> np.ndarray:
+    """Return the instants sampled at rate: steps that vary, runs of frames skipped."""
+    rng = np.random.default_rng(seed)
+    count = int(stream.seconds * rate)
+    if stream.irregular:
+        steps = (1.0 + stream.irregular * rng.uniform(-1.0, 1.0, count)) / rate
+        times = np.concatenate([[0.0], np.cumsum(steps[:-1])])
+        times = times[times < stream.seconds]
+    else:
+        times = np.arange(count) / rate
+    if stream.skipped:
+        keep = np.ones(len(times), dtype=bool)
+        k = 0
+        while k < len(times):
+            run = int(rng.integers(2, max(3, int(SKIPPED_RUN * rate))))
+            if rng.uniform() < stream.skipped:
+                keep[k:k + run] = False
+            k += run
+        keep[0] = True
+        times = times[keep]
+    return times
 
 
 def _position(stream: Stream, t: float, order: int) -> np.ndarray:
@@ -59,7 +113,7 @@ def _position(stream: Stream, t: float, order: int) -> np.ndarray:
         phase = w * t + p + stream.phase
         values.append([a * math.sin(phase), a * w * math.cos(phase),
                        -a * w * w * math.sin(phase)][order])
-    return np.array(values)
+    return np.array(values) + _impact(stream, t, order)
 
 
 def _body_rates(stream: Stream, t: float) -> np.ndarray:
@@ -71,8 +125,8 @@ def imu_samples(stream: Stream) -> Iterator[Tuple[float, Sequence[float], Sequen
     """Yield (stamp, angular_velocity, linear_acceleration) as published."""
     noise = np.random.default_rng(stream.seed)
     faults = stream.faults
-    for k in range(int(stream.seconds * stream.imu_rate)):
-        t = k / stream.imu_rate
+    for t in sample_times(stream, stream.imu_rate, stream.seed + 1):
+        t = float(t)
         rotation = _rotation(stream, t)
         acceleration = _position(stream, t, 2)
         gyro = _body_rates(stream, t)
@@ -107,8 +161,8 @@ OdometryRow = Tuple[float, Sequence[float], Sequence[float], Sequence[float]]
 def odometry_samples(stream: Stream) -> Iterator[OdometryRow]:
     """Yield (stamp, position, orientation as published, twist linear)."""
     faults = stream.faults
-    for k in range(int(stream.seconds * stream.odom_rate)):
-        t = k / stream.odom_rate
+    for t in sample_times(stream, stream.odom_rate, stream.seed + 2):
+        t = float(t)
         rotation = _rotation(stream, t)
         position, velocity = _position(stream, t, 0), _position(stream, t, 1)
         if 'ned_world' in faults:

@@ -87,9 +87,6 @@ def test_applying_the_suggested_parameters_makes_every_check_ok(faults):
     assert all(c.verdict == OK for c in checks), format_table(checks)
 
 
-FALSE_ALARMS = []
-
-
 @settings(max_examples=12, deadline=None)
 @given(phase=st.floats(0.0, 6.28), seed=st.integers(0, 1000),
        rates=st.sampled_from([(1000.0, 250.0), (1000 / 32, 1000 / 32), (60.0, 60.0),
@@ -99,8 +96,47 @@ def test_clean_streams_give_no_false_alarm(phase, seed, rates, seconds):
     stream = ros_motion.Stream(imu_rate=rates[0], odom_rate=rates[1], phase=phase, seed=seed,
                                seconds=seconds)
     checks = judged(stream)
-    FALSE_ALARMS.extend(c.name for c in checks if c.verdict == WRONG)
     assert not wrong(checks), format_table(checks)
+
+
+# A loaded machine (issue 19, item 12): skipped frames, uneven steps and a crash landing, as
+# seen in a two-vehicle flight on 2 cores; none is a convention fault.
+LOADED = {
+    'skipped frames, vibration': dict(skipped=0.5, vibration=0.02),
+    'uneven steps, vibration': dict(irregular=0.9, vibration=0.02),
+    'skipped frames at 60 and 30 Hz': dict(skipped=0.5, imu_rate=60.0, odom_rate=30.0),
+    'crash landing at 250 and 60 Hz': dict(impact=2.0, imu_rate=250.0, odom_rate=60.0),
+    'all of them': dict(skipped=0.5, irregular=0.9, impact=2.0, vibration=0.02),
+}
+
+
+@pytest.mark.parametrize('seed', [1, 3])
+@pytest.mark.parametrize('load', sorted(LOADED))
+def test_a_loaded_machine_is_no_convention_fault(load, seed):
+    checks = judged(ros_motion.Stream(seconds=4.0, seed=seed, **LOADED[load]))
+    assert not wrong(checks), format_table(checks)
+
+
+@pytest.mark.parametrize('fault', ['frd_imu', 'gyro_deg', 'world_twist', 'odom_late'])
+def test_faults_are_still_named_on_a_loaded_machine(fault):
+    checks = judged(ros_motion.Stream(seconds=6.0, faults=(fault,), skipped=0.3,
+                                      irregular=0.2, impact=3.0))
+    name, fix = NAMED[fault]
+    assert list(wrong(checks)) == [name], format_table(checks)
+    assert fix in wrong(checks)[name]
+
+
+def test_an_imu_too_slow_is_named_though_frames_are_skipped():
+    checks = judged(ros_motion.Stream(imu_rate=60.0, vibration=0.01, seconds=4.0, skipped=0.3))
+    assert 'time: imu rate' in wrong(checks), format_table(checks)
+
+
+def test_stamps_too_uneven_leave_the_rates_undecided_and_say_why():
+    checks = {c.name: c for c in judged(ros_motion.Stream(seconds=4.0, irregular=1.0,
+                                                          skipped=0.6))}
+    for name in ('time: imu rate', 'time: odometry rate'):
+        assert checks[name].verdict == UNDECIDED, checks[name]
+        assert 'too uneven to judge the rate' in checks[name].measured, checks[name]
 
 
 @pytest.mark.parametrize('imu_span, odometry_span', [

@@ -15,35 +15,51 @@ Off the per-frame path: a checker holds a window of samples and judges on demand
 from collections import deque
 import math
 import threading
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.kinematics import (
-    fitted_rotation, interpolated, matrix_rpy, Motion, rms, rotation_vectors, rounded_angles,
-    ROUNDING, rpy_matrix)
+    fitted_rotation, interpolated, interval_means, matrix_rpy, Motion, rms, rotation_vectors,
+    rounded_angles, ROUNDING)
+from ardupilot_json_bridge.checks.layout import layout_check
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
+from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
 
-GRAVITY = 9.80665
 # Motion needed to decide: rotation (rad/s), horizontal or vertical acceleration (m/s^2) and
 # speed (m/s), as RMS over the window.
 MIN_ROTATION = 0.2
 MIN_ACCELERATION = 0.5
 MIN_SPEED = 0.3
+# Rotation about a second axis below this share of the first leaves a mounting unfitted.
+ONE_AXIS = 0.2
 DEG_PER_RAD = math.degrees(1.0)
+# Samples further than JOLT times the median (plus a floor: m/s^2 for accelerations, rad/s
+# for rates) from the median are a landing's or a crash's jolt, left out of the fits.
+JOLT = 5.0
+JOLT_FLOOR = 2.0 * GRAVITY
+JOLT_MARGIN = 3
+JOLT_RATE_FLOOR = 2.0
 # Seconds of samples a bag check judges (its last ones).
 CHECK_WINDOW = 60.0
 # Clock readings kept for the clock check: (message stamp, clock on receipt) pairs.
 CLOCK_PAIRS = 200
+# A stamp this far (s) behind the newest is a clock that started over, not a late sample.
+CLOCK_JUMP = 1.0
+# SERVO channels kept of each PWM frame (SITL sends 16, or 32).
+PWM_CHANNELS = 16
 
 
 class ConventionChecker:
     """Holds a window of raw IMU and odometry samples and judges their conventions."""
 
     def __init__(self, imu_mounting_rpy: Sequence[float] = (0.0, 0.0, 0.0),
-                 odom_twist_frame: str = 'child', window: float = 20.0) -> None:
+                 odom_twist_frame: str = 'child', window: float = 20.0,
+                 vehicle: Optional[str] = None) -> None:
         self.mounting_rpy = tuple(float(a) for a in imu_mounting_rpy)
+        # 'copter', 'plane' or 'rover' for the layout check; None tries a copter's layouts.
+        self.vehicle = vehicle
         self.twist_frame = odom_twist_frame
         self.window = window
         self._w_first = False
@@ -54,19 +70,77 @@ class ConventionChecker:
         self._imu: Deque[Tuple[float, ...]] = deque()
         self._odometry: Deque[Tuple[float, ...]] = deque()
         self._clock: Deque[Tuple[float, float]] = deque(maxlen=CLOCK_PAIRS)
+        self._pwm: Deque[Tuple[float, ...]] = deque()
+        # Per topic, its newest stamp and the run of the clock it is in; the runs are counted,
+        # the current one spans the stamps given.
+        self._newest: Dict[str, Tuple[float, int]] = {}
+        self._run = 0
+        self._run_span = (math.inf, -math.inf)
+        # Clock jumps seen, the last as (newest stamp before, stamp after); samples refused.
+        self.jump_count = 0
+        self.last_jump: Optional[Tuple[float, float]] = None
+        self.rejected = {'IMU': 0, 'odometry': 0, 'PWM': 0}
 
     def add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         """Add one sensor_msgs/Imu: angular_velocity and linear_acceleration as published."""
+        sample = (float(stamp), *map(float, gyro), *map(float, accel))
         with self._lock:
-            self._imu.append((stamp, *gyro, *accel))
-            self._trim(self._imu)
+            if self._admitted(sample, 'IMU'):
+                self._imu.append(sample)
+                self._trim(self._imu)
 
     def add_odometry(self, stamp: float, position: Sequence[float],
                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
         """Add one nav_msgs/Odometry: pose position and orientation, twist linear."""
+        sample = (float(stamp), *map(float, position), *map(float, orientation_xyzw),
+                  *map(float, linear))
         with self._lock:
-            self._odometry.append((stamp, *position, *orientation_xyzw, *linear))
-            self._trim(self._odometry)
+            if self._admitted(sample, 'odometry'):
+                self._odometry.append(sample)
+                self._trim(self._odometry)
+
+    def add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
+        """Add the PWM SITL sent (us per SERVO channel) and the physics time it applies at."""
+        channels = tuple(float(v) for v in pwm[:PWM_CHANNELS])
+        sample = (float(stamp), *channels, *(0.0,) * (PWM_CHANNELS - len(channels)))
+        with self._lock:
+            if self._admitted(sample, 'PWM'):
+                self._pwm.append(sample)
+                self._trim(self._pwm)
+
+    def _admitted(self, sample: Tuple[float, ...], name: str) -> bool:
+        """
+        Count a sample the bridge would refuse (not finite), and start over on a clock jump.
+
+        A stamp more than CLOCK_JUMP behind its topic's newest starts a new run of the clock
+        (a simulator reset, a bag's loop): every sample before it is forgotten. Topics follow
+        one another into the new run (each is seen to jump in turn); until a topic does, its
+        samples of the old run are dropped.
+        """
+        if not all(map(math.isfinite, sample)):
+            self.rejected[name] += 1
+            return False
+        stamp = sample[0]
+        newest, run = self._newest.get(name, (None, self._run))
+        in_run = self._run_span[0] - CLOCK_JUMP <= stamp <= self._run_span[1] + CLOCK_JUMP
+        if newest is not None and stamp < newest - CLOCK_JUMP:
+            if run == self._run or not in_run:
+                self.jump_count += 1
+                self.last_jump = (newest, stamp)
+                self._run += 1
+                self._run_span = (stamp, stamp)
+                self._imu.clear()
+                self._odometry.clear()
+                self._clock.clear()
+                self._pwm.clear()
+            newest = None
+        elif run != self._run:
+            if not in_run:
+                return False
+            newest = None
+        self._newest[name] = (stamp if newest is None else max(newest, stamp), self._run)
+        self._run_span = (min(self._run_span[0], stamp), max(self._run_span[1], stamp))
+        return True
 
     def clear(self) -> None:
         """Forget every sample: the simulator started over (a restart, a replay's loop)."""
@@ -74,6 +148,10 @@ class ConventionChecker:
             self._imu.clear()
             self._odometry.clear()
             self._clock.clear()
+            self._pwm.clear()
+            self._newest.clear()
+            self._run_span = (math.inf, -math.inf)
+            self.rejected = dict.fromkeys(self.rejected, 0)
 
     def add_clock(self, stamp: float, clock: float) -> None:
         """Add a message's stamp and the bridge's clock (s) when the message arrived."""
@@ -90,19 +168,24 @@ class ConventionChecker:
             imu = np.array(self._imu, dtype=float)
             odometry = np.array(self._odometry, dtype=float)
             clock = np.array(self._clock, dtype=float).reshape(-1, 2)
+            pwm = np.array(self._pwm, dtype=float).reshape(-1, PWM_CHANNELS + 1)
         if len(imu) < 20 or len(odometry) < 20:
             return [Check('samples', UNDECIDED, f'{len(imu)} IMU and {len(odometry)} '
                                                 'odometry samples',
                           'record a few seconds of both')]
         results = [timing.stamps_check('imu', imu[:, 0]),
                    timing.stamps_check('odometry', odometry[:, 0])]
+        if any(self.rejected.values()):
+            results.append(self._rejected())
         norms = np.linalg.norm(odometry[:, 4:8], axis=1)
         results.append(self._unit_quaternion(norms))
         if not np.all(norms > 1e-6):
             return results
-        ordered = np.argsort(odometry[:, 0], kind='stable')
-        odometry = odometry[ordered][np.diff(odometry[ordered, 0], prepend=-np.inf) > 0]
-        imu = imu[np.argsort(imu[:, 0], kind='stable')]
+        # Judged in time order, one sample per stamp (the stamps check named any repeat).
+        imu, odometry = advancing(imu), advancing(odometry)
+        if len(imu) < 20 or len(odometry) < 20:
+            return results + [Check('samples', UNDECIDED, f'{len(imu)} IMU and '
+                                    f'{len(odometry)} odometry samples of distinct stamps')]
         # Judged where both are: outside, the IMU would be held at its first or last value.
         inside = odometry[(odometry[:, 0] >= imu[0, 0]) & (odometry[:, 0] <= imu[-1, 0])]
         if len(inside) < 20:
@@ -117,6 +200,9 @@ class ConventionChecker:
         results.append(self._gravity(imu, motion))
         results.append(self._twist(motion))
         results += self._time_checks(imu, motion, clock)
+        if len(pwm):
+            results.append(layout_check(self.vehicle, advancing(pwm), imu, odometry,
+                                        motion.roll_pitch_frd()))
         return results
 
     def _time_checks(self, imu: np.ndarray, motion: Motion, clock: np.ndarray) -> List[Check]:
@@ -127,6 +213,13 @@ class ConventionChecker:
         return [timing.imu_rate_check(imu[:, 0], gyro), timing.odometry_rate_check(motion),
                 timing.offset_check(imu[:, 0], body_gyro, motion, rms(rates)),
                 timing.clock_check(clock)]
+
+    def _rejected(self) -> Check:
+        counts = ' and '.join(f'{count} {name}' for name, count in self.rejected.items()
+                              if count)
+        return Check('samples: finite', WRONG, f'{counts} sample(s) with NaN or inf, left '
+                                               'out of every check',
+                     'publish finite values: the bridge drops such messages')
 
     @staticmethod
     def _unit_quaternion(norms: np.ndarray) -> Check:
@@ -141,7 +234,11 @@ class ConventionChecker:
         """Gyro units, quaternion component order and IMU mounting, from the body rates."""
         self._w_first, self._gyro_scale, self._fitted_mounting = False, 1.0, None
         rates = motion.body_rates(motion.orientation)
-        gyro = interpolated(imu[:, 0], imu[:, 1:4], motion.mid_stamps)
+        gyro = interval_means(imu[:, 0], imu[:, 1:4], motion.stamps[:-1], motion.stamps[1:])
+        # A jolt the gyro and the attitude disagree on (their stamps apart) is left out; one
+        # they agree on is motion like any other.
+        kept = calm((gyro - rates,), JOLT_RATE_FLOOR)
+        rates, gyro = rates[kept], gyro[kept]
         rotation = rms(rates)
         names = ('units: gyro', 'quaternion: order and motion', 'imu mounting')
         if rotation < MIN_ROTATION:
@@ -165,7 +262,7 @@ class ConventionChecker:
         else:
             checks.append(Check(names[0], OK, f'gyro / attitude rates = {scale:.3f}'))
         residual, mounting = self._mounting_fit(gyro, rates)
-        swapped = motion.body_rates(motion.orientation[:, [1, 2, 3, 0]])
+        swapped = motion.body_rates(motion.orientation[:, [1, 2, 3, 0]])[kept]
         swapped_residual, _ = self._mounting_fit(gyro, swapped)
         relative = residual / rotation
         if relative > 0.3 and swapped_residual < 0.3 * residual:
@@ -180,19 +277,39 @@ class ConventionChecker:
         else:
             checks.append(Check(names[1], OK, f'gyro fits the attitude rates to '
                                               f'{relative:.1%}'))
+        spread = np.linalg.svd(rates, compute_uv=False)
+        if spread[1] < ONE_AXIS * spread[0]:
+            checks.append(self._one_axis_mounting(gyro, rates, rotation))
+            return checks
         angles = rounded_angles(matrix_rpy(mounting))
         measured = f'sensor at rpy {list(angles)} deg in the body, fit to {relative:.1%}'
         if relative > 0.3:
             checks.append(Check(names[2], UNDECIDED, measured + ': no fixed rotation fits'))
         elif np.degrees(np.linalg.norm(rotation_vectors(
-                (rpy_matrix(*angles).T @ rpy_matrix(*self.mounting_rpy))[None]))) > ROUNDING:
+                (degrees_matrix(angles).T @ degrees_matrix(self.mounting_rpy))[None]))) > ROUNDING:
             checks.append(Check(names[2], WRONG, measured,
                                 f'imu_mounting_rpy: {list(angles)}'))
         else:
             checks.append(Check(names[2], OK, measured))
         if relative <= 0.3:
-            self._fitted_mounting = rpy_matrix(*angles)
+            self._fitted_mounting = degrees_matrix(angles)
         return checks
+
+    def _one_axis_mounting(self, gyro: np.ndarray, rates: np.ndarray, rotation: float) -> Check:
+        """
+        Judge the mounting from a turn about one axis (a rover's yaw, a plane's roll).
+
+        Any rotation about that axis fits as well as none: no mounting can be fitted, only
+        the configured one confirmed.
+        """
+        configured = degrees_matrix(self.mounting_rpy)
+        fit = rms(gyro @ configured.T - rates) / rotation
+        measured = (f'rotation about one axis only; imu_mounting_rpy {list(self.mounting_rpy)} '
+                    f'fits to {fit:.1%}')
+        if fit > 0.3:
+            return Check('imu mounting', UNDECIDED, measured + ': turn about two axes to decide')
+        self._fitted_mounting = configured
+        return Check('imu mounting', OK, measured)
 
     @staticmethod
     def _mounting_fit(gyro: np.ndarray, rates: np.ndarray) -> Tuple[float, np.ndarray]:
@@ -204,10 +321,12 @@ class ConventionChecker:
         """Fit R f = alpha a + gamma up: units, sign, gravity and the world's vertical."""
         mounting = self._fitted_mounting
         if mounting is None:
-            mounting = rpy_matrix(*self.mounting_rpy)
+            mounting = degrees_matrix(self.mounting_rpy)
         accel = interpolated(imu[:, 0], imu[:, 4:7], motion.inner_stamps) @ mounting.T
         world = np.einsum('nij,nj->ni', motion.inner_rotations, accel)
         acceleration = motion.acceleration
+        kept, note = jolts_left_out(world, acceleration, motion.inner_stamps)
+        world, acceleration = world[kept], acceleration[kept]
         up = np.tile([0.0, 0.0, 1.0], (len(world), 1))
         moving = rms(acceleration) > MIN_ACCELERATION
         if moving:
@@ -217,7 +336,7 @@ class ConventionChecker:
             alpha, gamma = math.nan, float(np.mean(world[:, 2]))
         measured = (f'specific force in the world = {alpha:.2f} x acceleration + '
                     f'{gamma:.2f} up' if moving else
-                    f'at rest: specific force {gamma:.2f} m/s^2 up')
+                    f'at rest: specific force {gamma:.2f} m/s^2 up') + note
         # What the fit leaves sideways: an IMU tilted against the attitude.
         explained = (alpha * acceleration if moving else 0.0) + gamma * up
         horizontal = float(np.max(np.abs(np.mean((world - explained)[:, :2], axis=0))))
@@ -243,6 +362,11 @@ class ConventionChecker:
         return Check('twist frame', OK, measured)
 
 
+def degrees_matrix(rpy: Sequence[float]) -> np.ndarray:
+    """Return the rotation of fixed-axis roll, pitch, yaw given in degrees."""
+    return rpy_to_matrix(*np.radians(rpy))
+
+
 def observe_imu(checker: ConventionChecker, msg: Any, stamp: float) -> None:
     """Add a sensor_msgs/Imu (any object with its field names) to a checker."""
     v, a = msg.angular_velocity, msg.linear_acceleration
@@ -255,6 +379,43 @@ def observe_odometry(checker: ConventionChecker, msg: Any, stamp: float) -> None
     p, o = pose.position, pose.orientation
     checker.add_odometry(stamp, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w),
                          (linear.x, linear.y, linear.z))
+
+
+def advancing(samples: np.ndarray) -> np.ndarray:
+    """Return samples (stamp first) sorted by stamp, the first of each repeated stamp only."""
+    ordered = samples[np.argsort(samples[:, 0], kind='stable')]
+    return ordered[np.diff(ordered[:, 0], prepend=-np.inf) > 0]
+
+
+def calm(series: Sequence[np.ndarray], floor: float) -> np.ndarray:
+    """
+    Return which rows of every series (n, 3) stay within JOLT times the median of floor.
+
+    A landing or a crash is over within a few samples, too fast for the odometry's
+    differences to follow (they spread it over JOLT_MARGIN neighbours, which go too): rows
+    far beyond the typical are a jolt, not a convention.
+    """
+    jolt = np.zeros(len(series[0]), dtype=bool)
+    for values in series:
+        off = np.linalg.norm(values - np.median(values, axis=0), axis=1)
+        jolt |= off > JOLT * np.median(off) + floor
+    spread = jolt.copy()
+    for shift in range(1, JOLT_MARGIN + 1):
+        spread[shift:] |= jolt[:-shift]
+        spread[:-shift] |= jolt[shift:]
+    return ~spread if np.sum(~spread) >= 20 else np.ones(len(jolt), dtype=bool)
+
+
+def jolts_left_out(world: np.ndarray, acceleration: np.ndarray,
+                   stamps: np.ndarray) -> Tuple[np.ndarray, str]:
+    """Return which samples the gravity fit keeps, and a note of the jolts it leaves out."""
+    kept = calm((world, acceleration), JOLT_FLOOR)
+    if np.all(kept):
+        return kept, ''
+    force = np.linalg.norm(world - np.median(world, axis=0), axis=1)
+    worst = int(np.argmax(force))
+    return kept, (f'; {int(np.sum(~kept))} sample(s) of a jolt left out (at {stamps[worst]:.2f} '
+                  f's, {float(force[worst]):.0f} m/s^2 off the median specific force)')
 
 
 def disjoint_check(imu_stamps: np.ndarray, odometry_stamps: np.ndarray) -> Check:

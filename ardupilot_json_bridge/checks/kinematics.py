@@ -9,19 +9,15 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.core.frames import quaternion_matrices as w_first_matrices
+
 # Fitted mounting angles this close (deg) to a multiple of 90 are rounded to it.
 ROUNDING = 5.0
 
 
 def quaternion_matrices(q: np.ndarray) -> np.ndarray:
     """Return the rotation matrices (n, 3, 3) of x-y-z-w quaternions (n, 4), normalized."""
-    q = q / np.linalg.norm(q, axis=1, keepdims=True)
-    x, y, z, w = q.T
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1),
-    ], axis=1)
+    return w_first_matrices(q[:, [3, 0, 1, 2]])
 
 
 def rotation_vectors(matrices: np.ndarray) -> np.ndarray:
@@ -67,16 +63,6 @@ def matrix_rpy(matrix: np.ndarray) -> Tuple[float, float, float]:
     return tuple(math.degrees(a) for a in (roll, pitch, yaw))
 
 
-def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """Return the rotation of fixed-axis roll, pitch, yaw in degrees."""
-    r, p, y = (math.radians(a) for a in (roll, pitch, yaw))
-    cr, sr, cp, sp, cy, sy = (math.cos(r), math.sin(r), math.cos(p), math.sin(p),
-                              math.cos(y), math.sin(y))
-    return np.array([[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-                     [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-                     [-sp, cp * sr, cp * cr]])
-
-
 def rounded_angles(rpy: Sequence[float]) -> Tuple[float, ...]:
     """Return angles snapped to multiples of 90 deg where within ROUNDING of one."""
     snapped = []
@@ -90,6 +76,21 @@ def rounded_angles(rpy: Sequence[float]) -> Tuple[float, ...]:
 def interpolated(stamps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.stack([np.interp(at, stamps, values[:, i]) for i in range(values.shape[1])],
                     axis=1)
+
+
+def interval_means(stamps: np.ndarray, values: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray) -> np.ndarray:
+    """
+    Return the mean of sampled values (n, k) over each interval [start, end] (trapezoids).
+
+    What a rate integrates to over the interval: a jolt between two attitude samples counts
+    as it turned the vehicle, whatever instant the midpoint falls on.
+    """
+    steps = np.diff(stamps)[:, None]
+    integral = np.concatenate([np.zeros((1, values.shape[1])),
+                               np.cumsum(0.5 * (values[1:] + values[:-1]) * steps, axis=0)])
+    return ((interpolated(stamps, integral, ends) - interpolated(stamps, integral, starts))
+            / (ends - starts)[:, None])
 
 
 def rms(values: np.ndarray) -> float:
@@ -122,3 +123,11 @@ class Motion:
         rotations = quaternion_matrices(orientation)
         steps = relative_rotations(rotations[:-1], rotations[1:])
         return rotation_vectors(steps) / np.diff(self.stamps)[:, None]
+
+    def roll_pitch_frd(self) -> np.ndarray:
+        """Return roll and pitch (rad) at each stamp as ArduPilot's FRD body reads them."""
+        r = self.rotations
+        roll = np.arctan2(r[:, 2, 1], r[:, 2, 2])
+        # FLU's pitch turns the nose down: FRD's is its negative.
+        pitch = np.arcsin(np.clip(r[:, 2, 0], -1.0, 1.0))
+        return np.stack([roll, pitch], axis=1)

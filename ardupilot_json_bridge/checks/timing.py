@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.checks.kinematics import (
-    interpolated, Motion, relative_rotations, rms, rotation_vectors, rotations_about)
+    interval_means, Motion, relative_rotations, rms, rotation_vectors, rotations_about)
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
 
 # What SITL asks for by default: frames per second, and ArduCopter's loop rate (Hz).
@@ -26,12 +26,22 @@ VEHICLE_LOOP_RATE = 400.0
 MAX_GYRO_INTERPOLATION = 0.05
 MAX_ATTITUDE_INTERPOLATION = 0.5
 MAX_POSITION_INTERPOLATION = 0.05
+# Steps within this fraction of the median step are regular; the rate is judged on samples
+# between two regular steps, when there are at least so many, and so large a share of all.
+REGULAR = 0.25
+MIN_REGULAR = 20
+MIN_REGULAR_SHARE = 0.5
+# Stretches (s) whose interpolation errors are compared, and the samples one needs to count.
+SEGMENT = 0.5
+MIN_SEGMENT_SAMPLES = 5
 # IMU-to-odometry offsets searched (s), the coarse and fine steps (s), the odometry
-# intervals compared (s, at most how many), and the fit needed to decide.
+# intervals compared (s, at most how many; turning at most MAX_INTERVAL_TURN rad), and the
+# fit needed to decide.
 MAX_OFFSET = 0.25
 COARSE_STEP = 0.01
 FINE_STEP = 0.001
 OFFSET_INTERVAL = 0.02
+MAX_INTERVAL_TURN = 1.0
 OFFSET_STEPS = 500
 OFFSET_FIT = 0.3
 # Stamps further than this from the clock (s) are on another clock altogether.
@@ -47,8 +57,8 @@ def stamps_check(name: str, stamps: np.ndarray) -> Check:
     """Judge stamps in arrival order: advancing, never repeated or going back."""
     steps = np.diff(stamps)
     back, repeated = int(np.sum(steps < 0)), int(np.sum(steps == 0))
-    span = stamps[-1] - stamps[0]
-    rate = (len(stamps) - 1) / span if span > 0 else 0.0
+    span = float(np.max(stamps) - np.min(stamps))
+    rate = (len(np.unique(stamps)) - 1) / span if span > 0 else 0.0
     measured = f'{rate:.0f} Hz, {back} step(s) back, {repeated} repeated'
     if back or repeated or span <= 0:
         return Check(f'time: {name} stamps', WRONG, measured,
@@ -78,13 +88,59 @@ def midpoint_errors(values: np.ndarray) -> np.ndarray:
     return (0.5 * (values[2:] + values[:-2]) - values[1:-1]) / 4.0
 
 
+def regular_triples(stamps: np.ndarray) -> np.ndarray:
+    """Return which inner samples sit between two steps within REGULAR of the median step."""
+    steps = np.diff(stamps)
+    median = float(np.median(steps))
+    regular = np.abs(steps - median) <= REGULAR * median
+    return regular[:-1] & regular[1:]
+
+
+def typical_error(stamps: np.ndarray, errors: np.ndarray) -> float:
+    """
+    Return the median over SEGMENT-long stretches of the RMS of errors (n, k) at stamps.
+
+    A fault of the rate lasts the whole window; a landing's jolt or a burst of noise is one
+    stretch, which the median leaves out.
+    """
+    if len(errors) == 0:
+        return 0.0
+    segments = np.floor((stamps - stamps[0]) / SEGMENT).astype(int)
+    values = [rms(errors[segments == k]) for k in np.unique(segments)
+              if np.sum(segments == k) >= MIN_SEGMENT_SAMPLES]
+    return float(np.median(values)) if values else rms(errors)
+
+
+def sampling(name: str, stamps: np.ndarray) -> Tuple[Optional[np.ndarray], str]:
+    """
+    Return the mask of regular inner samples and a note of the gaps, or None when too few.
+
+    A loaded machine skips frames and steps unevenly; the rate is judged where it did not.
+    """
+    regular = regular_triples(stamps)
+    share = float(np.mean(regular)) if len(regular) else 0.0
+    steps = np.diff(stamps)
+    note = ('' if share > 0.99 else
+            f'; {1 - share:.0%} of the samples between uneven steps (longest '
+            f'{float(np.max(steps)) * 1e3:.0f} ms) left out')
+    if np.sum(regular) < MIN_REGULAR or share < MIN_REGULAR_SHARE:
+        return None, (f'{name} stamps too uneven to judge the rate: {share:.0%} of the '
+                      f'samples between steps within {REGULAR:.0%} of the median '
+                      f'{float(np.median(steps)) * 1e3:.2f} ms (frames skipped or a starved '
+                      'simulator?)')
+    return regular, note
+
+
 def imu_rate_check(stamps: np.ndarray, gyro: np.ndarray) -> Check:
     """Judge whether the IMU's rate follows its gyro (rad/s), against SITL's rates."""
     rate = median_rate(stamps)
-    error = rms(midpoint_errors(gyro))
+    regular, note = sampling('IMU', stamps)
+    if regular is None:
+        return Check('time: imu rate', UNDECIDED, note)
+    error = typical_error(stamps[1:-1][regular], midpoint_errors(gyro)[regular])
     measured = (f"{rate:.4g} Hz against SITL's {SITL_FRAME_RATE:.0f} frames/s and "
                 f'{VEHICLE_LOOP_RATE:.0f} Hz loop; the gyro interpolates between samples to '
-                f'{error:.3f} rad/s RMS')
+                f'{error:.3f} rad/s RMS{note}')
     if error > MAX_GYRO_INTERPOLATION:
         needed = needed_rate(rate, error, MAX_GYRO_INTERPOLATION)
         return Check('time: imu rate', WRONG, measured,
@@ -99,13 +155,17 @@ def odometry_rate_check(motion: Motion) -> Check:
     rotations = motion.rotations
     if len(rotations) < 3:
         return Check('time: odometry rate', UNDECIDED, f'{len(rotations)} samples')
+    regular, note = sampling('odometry', motion.stamps)
+    if regular is None:
+        return Check('time: odometry rate', UNDECIDED, note)
     halves = rotation_vectors(relative_rotations(rotations[:-2], rotations[2:])) / 2.0
     midpoints = rotations[:-2] @ rotations_about(halves)
-    attitude = math.degrees(rms(rotation_vectors(relative_rotations(
-        midpoints, rotations[1:-1])) / 4.0))
-    position = rms(midpoint_errors(motion.position))
+    inner = motion.stamps[1:-1][regular]
+    attitude = math.degrees(typical_error(inner, rotation_vectors(relative_rotations(
+        midpoints, rotations[1:-1]))[regular] / 4.0))
+    position = typical_error(inner, midpoint_errors(motion.position)[regular])
     measured = (f'{rate:.4g} Hz; interpolating between samples errs by {attitude:.3f} deg of '
-                f'attitude and {position:.3f} m RMS')
+                f'attitude and {position:.3f} m RMS{note}')
     if attitude > MAX_ATTITUDE_INTERPOLATION or position > MAX_POSITION_INTERPOLATION:
         needed = max(needed_rate(rate, attitude, MAX_ATTITUDE_INTERPOLATION),
                      needed_rate(rate, position, MAX_POSITION_INTERPOLATION))
@@ -121,7 +181,13 @@ def offset_intervals(motion: Motion) -> Tuple[np.ndarray, np.ndarray, np.ndarray
     Intervals of many IMU samples: one of a sample or two would keep the noise of the
     samples it happens to cover, which favours lags that line the grids up.
     """
-    span = max(1, int(round(OFFSET_INTERVAL * median_rate(motion.stamps))))
+    rate = median_rate(motion.stamps)
+    span = max(1, int(round(OFFSET_INTERVAL * rate)))
+    # A turn of half a revolution or more within an interval reads as a smaller one: a
+    # spinning vehicle gets shorter intervals.
+    fastest = float(np.max(np.linalg.norm(motion.body_rates(motion.orientation), axis=1)))
+    if fastest * span / rate > MAX_INTERVAL_TURN:
+        span = max(1, int(MAX_INTERVAL_TURN * rate / fastest))
     first = np.arange(0, len(motion.stamps) - span)
     first = first[::max(1, len(first) // OFFSET_STEPS)]
     last = first + span
@@ -135,17 +201,11 @@ def offset_residuals(imu_stamps: np.ndarray, gyro: np.ndarray,
                      intervals: Tuple[np.ndarray, np.ndarray, np.ndarray],
                      lags: np.ndarray) -> np.ndarray:
     """Return the RMS of the gyro's mean over each interval, lag s later, minus its rate."""
-    steps = np.diff(imu_stamps)[:, None]
-    integral = np.concatenate([np.zeros((1, 3)),
-                               np.cumsum(0.5 * (gyro[1:] + gyro[:-1]) * steps, axis=0)])
     starts, ends, rates = intervals
     inside = (starts + lags.min() >= imu_stamps[0]) & (ends + lags.max() <= imu_stamps[-1])
     starts, ends, rates = starts[inside], ends[inside], rates[inside]
-    shifted_starts = (starts[None, :] + lags[:, None]).ravel()
-    shifted_ends = (ends[None, :] + lags[:, None]).ravel()
-    means = ((interpolated(imu_stamps, integral, shifted_ends)
-              - interpolated(imu_stamps, integral, shifted_starts))
-             / np.tile(ends - starts, len(lags))[:, None])
+    means = interval_means(imu_stamps, gyro, (starts[None, :] + lags[:, None]).ravel(),
+                           (ends[None, :] + lags[:, None]).ravel())
     errors = (means.reshape(len(lags), len(starts), 3) - rates[None]) ** 2
     return np.sqrt(errors.sum(axis=2).mean(axis=1))
 

@@ -64,14 +64,20 @@ def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> Quaternion:
     return canonical(quaternion_multiply(quaternion_multiply(Q_NED_ENU, q_enu_flu), Q_FLU_FRD))
 
 
+def quaternion_matrices(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices (n, 3, 3) of w-first quaternions (n, 4), normalized first."""
+    q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    w, x, y, z = q.T
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1),
+    ], axis=1)
+
+
 def quaternion_to_matrix(q: Sequence[float]) -> np.ndarray:
     """Rotation matrix of a w-first unit quaternion."""
-    w, x, y, z = q
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
+    return quaternion_matrices(np.asarray(q, dtype=float).reshape(1, 4))[0]
 
 
 def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:

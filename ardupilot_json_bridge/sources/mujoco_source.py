@@ -101,6 +101,8 @@ class MujocoLockStep:
         else:
             self.world.step(self.vehicle.index, duration)
         reading = self.push()
+        if self.checker is not None:
+            self.checker.add_pwm(reading.time, packet.pwm)
         self._pending = (reading, packet.pwm, commands)
         self.frames += 1
 
