@@ -72,6 +72,7 @@ def profile(frames: int, record: bool) -> None:
     state.push_imu = timer(spent, 'state push', state.push_imu)
     source.checker.add_imu = timer(spent, 'live checks', source.checker.add_imu)
     source.checker.add_odometry = timer(spent, 'live checks', source.checker.add_odometry)
+    source.checker.add_pwm = timer(spent, 'live checks', source.checker.add_pwm)
     state.wait_for_sample = timer(spent, 'alignment (the instant)', state.wait_for_sample)
     link.session.timestamp_for = timer(spent, 'alignment (the instant)',
                                        link.session.timestamp_for)
