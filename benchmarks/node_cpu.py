@@ -103,7 +103,7 @@ def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) ->
     report = json.loads(outputs['bare'].strip().splitlines()[-1])
     return {'cpu': cpu, 'gyro_rate': gyro_rate, 'loop_rate': loop_rate,
             'long_loops': long_loops, 'bare': report,
-            'skips': outputs['node'].count('skipped'),
+            'skips': outputs['node'].count('behind physics'),
             'slow': sitl_log.count('Main loop slow')}
 
 
@@ -130,7 +130,7 @@ def main() -> int:
               f'latency p50 {link.get("latency_p50_us")} us')
         print(f'  SITL: gyro rate {result["gyro_rate"]} Hz, loop rate {result["loop_rate"]} Hz, '
               f'long loops {result["long_loops"]}, "Main loop slow" x{result["slow"]}; '
-              f'node "skipped" lines: {result["skips"]}')
+              f'node "behind physics" lines: {result["skips"]}')
     return 0
 
 

@@ -152,7 +152,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = sitl_folder()
     here = os.path.dirname(os.path.abspath(__file__))
-    quad_x = os.path.join(here, '..', 'config', 'sitl', 'quad-x.parm')
+    quad_x = os.path.join(here, '..', 'config', 'quad_x.parm')
     quad_x = quad_x if os.path.isfile(quad_x) else None
     kinds = ['do-nothing', 'mujoco', 'quad']
     if args.fleet:

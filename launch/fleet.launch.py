@@ -2,7 +2,8 @@
 N bridges: ros2 launch ardupilot_json_bridge fleet.launch.py count:=3.
 
 Vehicle k (k = first_instance ...) runs in namespace <namespace_prefix><k> and serves SITL
-instance k on UDP 9002 + 10 k: start SITL with sim_vehicle.py -I k.
+instance k on UDP 9002 + 10 k: start SITL with sim_vehicle.py -I k (for a quad X preset with
+--add-param-file=<share>/config/quad_x.parm: copter.parm alone mixes for a PLUS).
 """
 
 from launch import LaunchDescription

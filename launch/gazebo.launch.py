@@ -2,7 +2,10 @@
 Gazebo Harmonic, ros_gz_bridge and the bridge for the example quad X.
 
 ros2 launch ardupilot_json_bridge gazebo.launch.py, then
-sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 (instance 0).
+sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 \
+    --add-param-file=<share>/config/quad_x.parm
+(instance 0; <share> is `ros2 pkg prefix ardupilot_json_bridge`/share/ardupilot_json_bridge;
+quad_x.parm makes SITL mix for the quad X, not copter.parm's PLUS).
 """
 
 import os

@@ -2,13 +2,16 @@
 Fly real ArduCopter SITL over MAVLink: EKF ready, GUIDED, arm, take off, hover, land.
 
 Used by the tests where ARDUPILOT_SITL_DIR names a folder with a prebuilt `arducopter` and its
-`copter.parm` (CI sets it when ../shared has them); elsewhere those tests skip.
+`copter.parm` (CI sets it when ../shared has them); elsewhere those tests skip. SITL starts as
+a quad X (the project's config/quad_x.parm after copter.parm, whose FRAME_TYPE 0 is a PLUS).
+A SITL that dies ends the flight at once with SitlDied: its exit status and its last lines.
 """
 
 from dataclasses import dataclass, field
 import glob
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -16,6 +19,21 @@ import time
 from typing import Callable, List, Optional, Tuple
 
 SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
+QUAD_X_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'config',
+                               'quad_x.parm')
+TAIL_LINES = 15
+
+
+class SitlDied(RuntimeError):
+    """SITL exited or closed MAVLink during a flight; the message says how, in a few lines."""
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    """Return the last lines of text, saying how many were left out: for failure messages."""
+    kept = text.splitlines()
+    if len(kept) <= lines:
+        return '\n'.join(kept)
+    return '\n'.join([f'[{len(kept) - lines} earlier lines left out]'] + kept[-lines:])
 
 
 def sitl_binary(name: str = 'arducopter') -> Optional[str]:
@@ -34,7 +52,8 @@ class Sitl:
         if binary is None:
             raise RuntimeError(f'set {SITL_DIR_VARIABLE} to a folder with arducopter')
         self.folder = tempfile.mkdtemp(prefix='sitl-')
-        defaults = os.path.join(os.path.dirname(binary), 'copter.parm')
+        defaults = os.path.join(os.path.dirname(binary), 'copter.parm') + ',' + os.path.normpath(
+            QUAD_X_DEFAULTS)
         if extra_parameters:
             extra = os.path.join(self.folder, 'extra.parm')
             with open(extra, 'w') as stream:
@@ -50,8 +69,25 @@ class Sitl:
 
     def log(self) -> str:
         self._log.flush()
-        with open(self.log_path) as stream:
+        with open(self.log_path, errors='replace') as stream:
             return stream.read()
+
+    def failure(self, what: str, wait: float = 5.0) -> str:
+        """Describe SITL's end in a few lines: what was seen, its exit status, its last lines."""
+        try:
+            status = self.process.wait(wait)
+        except subprocess.TimeoutExpired:
+            ending = f'SITL (pid {self.process.pid}) {what} but still runs'
+        else:
+            ending = f'SITL {what}: exited with status {status}'
+            if status < 0:
+                ending += f' ({signal.Signals(-status).name})'
+        return f'{ending}; its last output ({self.log_path}):\n{tail(self.log())}'
+
+    def check_alive(self) -> None:
+        """Raise SitlDied if SITL has exited."""
+        if self.process.poll() is not None:
+            raise SitlDied(self.failure('died during the flight'))
 
     def figures(self) -> Tuple[Optional[float], Optional[float], int]:
         """
@@ -81,9 +117,10 @@ class Sitl:
 
     def close(self) -> None:
         if self.process.poll() is None:
+            # SITL waiting for a physics reply does not act on SIGTERM; it gets 3 s.
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(3)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -110,6 +147,11 @@ class FlightRecord:
     wall_seconds: float = 0.0
     sim_seconds: float = 0.0
 
+    @property
+    def frame(self) -> Optional[str]:
+        """Return SITL's "Frame: ..." boot message (the motor layout it mixes for), if it came."""
+        return next((text for text in self.texts if text.startswith('Frame: ')), None)
+
     def worst_hover_error(self, altitude: float) -> float:
         return max(abs(alt - altitude) for _, alt, _ in self.hover)
 
@@ -118,23 +160,31 @@ class FlightRecord:
 
 
 class Flight:
-    """A MAVLink session with one SITL instance."""
+    """A MAVLink session with one SITL instance; SitlDied as soon as SITL is gone."""
 
-    def __init__(self, port: int, timeout: float = 60.0) -> None:
+    def __init__(self, sitl: Sitl, timeout: float = 60.0) -> None:
         from pymavlink import mavutil
         self.mavutil = mavutil
+        self.sitl = sitl
         deadline = time.monotonic() + timeout
         while True:
+            sitl.check_alive()
             try:
-                self.mav = mavutil.mavlink_connection(f'tcp:127.0.0.1:{port}',
+                self.mav = mavutil.mavlink_connection(f'tcp:127.0.0.1:{sitl.mavlink_port}',
                                                       source_system=255, autoreconnect=False)
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        self.mav.wait_heartbeat(timeout=timeout)
+        # pymavlink prints "EOF on TCP socket" and carries on, in a tight loop, once the peer
+        # is gone: a dead SITL must end the flight instead.
+        self.mav.handle_eof = self._gone
+        self.mav.handle_disconnect = self._gone
         self.record = FlightRecord()
+        if not self.mav.wait_heartbeat(timeout=timeout):
+            sitl.check_alive()
+            raise TimeoutError(f'no HEARTBEAT from SITL in {timeout:.0f} s')
         self.boot_ms = 0
         self.relative_alt = 0.0
         self.north = 0.0
@@ -143,6 +193,13 @@ class Flight:
         self.mav.mav.request_data_stream_send(
             self.mav.target_system, self.mav.target_component,
             mavutil.mavlink.MAV_DATA_STREAM_ALL, 20, 1)
+        # The banner (firmware, "Frame: QUAD/X") went out at boot, before this connection.
+        self.mav.mav.command_long_send(self.mav.target_system, self.mav.target_component,
+                                       mavutil.mavlink.MAV_CMD_DO_SEND_BANNER, 0,
+                                       0, 0, 0, 0, 0, 0, 0)
+
+    def _gone(self) -> None:
+        raise SitlDied(self.sitl.failure('closed its MAVLink connection'))
 
     def pump(self, seconds: float) -> None:
         """Read messages for seconds of wall time, keeping what the flight needs."""
@@ -151,8 +208,12 @@ class Flight:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            message = self.mav.recv_match(blocking=True, timeout=min(remaining, 0.2))
+            try:
+                message = self.mav.recv_match(blocking=True, timeout=min(remaining, 0.2))
+            except OSError as error:
+                raise SitlDied(self.sitl.failure(f'MAVLink failed ({error})')) from None
             if message is None:
+                self.sitl.check_alive()
                 continue
             kind = message.get_type()
             if kind == 'STATUSTEXT':
@@ -208,7 +269,7 @@ class Flight:
         self.mav.close()
 
 
-def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
+def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
         timeout: float = 240.0, leg: float = 0.0) -> FlightRecord:
     """
     EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
@@ -216,9 +277,10 @@ def fly(port: int, altitude: float, hold: float, truth: Callable[[], float],
     With leg, fly leg m north after the hold (moved says it got there), then land.
 
     truth gives the simulator's own height above its start, sampled with SITL's altitude.
+    Raises SitlDied when SITL exits or closes MAVLink.
     """
     started = time.monotonic()
-    flight = Flight(port)
+    flight = Flight(sitl)
     record = flight.record
     try:
         ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,

@@ -148,15 +148,51 @@ def parse_reply(datagram: bytes, dialect: str = '4.6') -> Dict[str, object]:
     return found
 
 
-class SitlPeer:
-    """A UDP client that speaks to the bridge as SITL instance does, from its own port."""
+class SitlFrameRate:
+    """
+    SITL's frame rate as SIM_JSON.cpp keeps it from the timestamps it is sent.
 
-    def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16) -> None:
+    recv_fdm: a step of more than 0 and less than 0.1 s sets the rate to 1 / step; update():
+    the rate then moves at most 1 Hz per frame towards SIM_RATE_HZ. Servo packets carry the rate
+    as an integer (uint16 frame_rate), so a bridge that follows it hears its own steps back.
+    """
+
+    def __init__(self, sim_rate_hz: float = 1200.0) -> None:
+        self.sim_rate_hz = sim_rate_hz
+        self.rate_hz = sim_rate_hz
+        self.last_timestamp = 0.0
+        self.lowest = sim_rate_hz
+
+    @property
+    def frame_rate(self) -> int:
+        return int(self.rate_hz)
+
+    def accept(self, timestamp: float) -> None:
+        """Take one reply's timestamp, as SITL does."""
+        step = max(0.0, timestamp - self.last_timestamp)
+        if 0.0 < step < 0.1:
+            self.rate_hz = 1.0 / step
+        self.last_timestamp = timestamp
+        self.rate_hz = min(max(self.sim_rate_hz, self.rate_hz - 1.0), self.rate_hz + 1.0)
+        self.lowest = min(self.lowest, self.rate_hz)
+
+
+class SitlPeer:
+    """
+    A UDP client that speaks to the bridge as SITL instance does, from its own port.
+
+    With a SitlFrameRate, its packets carry the frame rate SITL would derive from the replies
+    stepped so far; without, always 1200.
+    """
+
+    def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16,
+                 clock: Optional[SitlFrameRate] = None) -> None:
         self.target = (host, port)
         self.channels = channels
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((host, 0))
         self.frame_count = 0
+        self.clock = clock
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -166,7 +202,8 @@ class SitlPeer:
              pwm: Optional[Sequence[int]] = None) -> None:
         count = self.frame_count if frame_count is None else frame_count
         values = list(pwm) if pwm is not None else [1000] * self.channels
-        self.sock.sendto(encode_servo_packet(count, values), self.target)
+        rate = self.clock.frame_rate if self.clock else 1200
+        self.sock.sendto(encode_servo_packet(count, values, rate), self.target)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendto(data, self.target)
@@ -188,6 +225,8 @@ class SitlPeer:
             raise TimeoutError(f'no reply to frame {self.frame_count}')
         parsed = parse_reply(datagram, dialect)
         self.frame_count += 1
+        if self.clock:
+            self.clock.accept(parsed['timestamp'])
         return parsed
 
     def lock_step(self, count: int, pwm: Optional[Sequence[int]] = None, timeout: float = 5.0,
@@ -205,6 +244,8 @@ class SitlPeer:
             if datagram is not None:
                 replies.append(parse_reply(datagram))
                 self.frame_count += 1
+                if self.clock:
+                    self.clock.accept(replies[-1]['timestamp'])
         return replies
 
     def close(self) -> None:

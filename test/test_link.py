@@ -4,6 +4,7 @@ import logging
 import socket
 import threading
 import time
+from typing import List
 
 import pytest
 
@@ -13,6 +14,7 @@ from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, S
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from conftest import free_udp_port
+from sitl_peer import parse_reply, SitlFrameRate, SitlPeer
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 
@@ -126,6 +128,71 @@ def test_on_the_grid_the_first_reply_is_time_zero_however_long_it_waited(make_li
         feed(link, k * 0.004)
     assert [peer.step()['timestamp'] * 1200 for _ in range(3)] == pytest.approx([1, 2, 3])
     assert link.stats.skipped == 0
+
+
+@pytest.mark.parametrize('stall, passed_over', [(0.08, False), (0.3, True)])
+def test_catching_up_with_physics_never_jumps_sitls_clock(make_link, caplog, stall,
+                                                          passed_over):
+    # SITL stalls (a loaded machine) while the simulator runs on; after it, SITL answers one
+    # frame per 1/1200 s of physics. A reply whose timestamp jumped 80 ms would set SITL's
+    # frame rate to 12.5 Hz (SIM_JSON.cpp: 1 / step), its next packets would say so, and a
+    # link following them would hold SITL near that rate for seconds. Catching up must step
+    # SITL's clock at most two frames a reply; a stall of more than 4 x max_backlog is passed
+    # over instead, with SITL's clock stepping one frame.
+    link = make_link(StateSettings(pacing=GRID, max_backlog=0.05), fresh_timeout=0.5)
+    sitl = SitlFrameRate(1200.0)
+    peer = SitlPeer(link.address[1], clock=sitl)
+    physics = [0.0, 0]                 # the simulator's time (s) and its samples (1 kHz)
+
+    def run_physics(seconds: float) -> None:
+        physics[0] += seconds
+        while (physics[1] + 1) * 0.001 <= physics[0] + 1e-9:
+            physics[1] += 1
+            feed(link, physics[1] * 0.001)
+
+    def frame() -> float:
+        for _ in range(100):
+            peer.send()
+            datagram = peer.receive(0.05)
+            # A resent frame is answered twice (late, then as a duplicate): SITL drops both.
+            while datagram is not None and timestamps and (
+                    parse_reply(datagram)['timestamp'] <= timestamps[-1]):
+                datagram = peer.receive(0.05)
+            if datagram is not None:
+                timestamp = parse_reply(datagram)['timestamp']
+                peer.frame_count += 1
+                sitl.accept(timestamp)
+                return timestamp
+            run_physics(0.001)         # the frame waits for physics
+        raise AssertionError('the link stopped answering')
+
+    timestamps: List[float] = []
+    try:
+        run_physics(0.02)
+        for _ in range(20):
+            timestamps.append(frame())
+            run_physics(1 / 1200)
+        with caplog.at_level(logging.WARNING):
+            run_physics(stall)         # SITL stalled, the simulator did not
+            while len(timestamps) < 400 and max(
+                    b - a for a, b in zip(timestamps, timestamps[1:])) < 2.5 / 1200:
+                timestamps.append(frame())
+                run_physics(1 / 1200)
+    finally:
+        peer.close()
+    steps = [b - a for a, b in zip(timestamps, timestamps[1:])]
+    assert max(steps) <= 2 / 1200 + 1e-9, (
+        f'a step of {max(steps) * 1000:.1f} ms set SITL to {sitl.lowest:.0f} Hz')
+    assert sitl.lowest >= 599.0 and sitl.frame_rate == 1200
+    warnings = [r.getMessage() for r in caplog.records if 'behind physics' in r.getMessage()]
+    assert len(warnings) == 1 and 'lower SIM_RATE_HZ' in warnings[0], warnings
+    if passed_over:
+        assert link.stats.skipped > 0.1 * 1200 and 'passed over' in warnings[0], warnings
+    else:
+        # Every frame of physics was served: the stall was caught up, two frames a reply.
+        assert link.stats.skipped == 0 and 'catching up' in warnings[0], warnings
+        assert steps.count(pytest.approx(2 / 1200)) >= 0.07 * 1200
+        assert steps[-1] == pytest.approx(1 / 1200)
 
 
 def test_waits_for_fresh_physics_rather_than_repeating_a_timestamp(make_link, make_peer):

@@ -1,10 +1,13 @@
 """The MuJoCo engine: the quad X's physics signs, lock-step serving, and real ArduCopter."""
 
+from contextlib import contextmanager
 import math
 import re
 import signal
 import subprocess
 import sys
+import time
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -210,39 +213,47 @@ def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_p
     assert 'taken exists; name a new directory for the bag' in caplog.text
 
 
+@contextmanager
+def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
+                     recording: Optional[str] = None) -> Iterator[Callable[[], float]]:
+    """Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start."""
+    config = load_config(default_preset(), '', {'port': 0, 'instance': instance})
+    vehicle = MujocoVehicle()
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
+                            recorder=FlightRecorder(recording) if recording else None)
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    start = vehicle.state().position[2]
+    try:
+        yield lambda: vehicle.state().position[2] - start
+    finally:
+        link.stop()
+        source.close()
+
+
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
 def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
     pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
-    config = load_config(default_preset(), '', {'port': 0, 'instance': 3})
-    vehicle = MujocoVehicle()
-    state = SensorState(StateSettings(pacing=SAMPLES))
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
-    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
-                            recorder=FlightRecorder(recording))
-    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
-    link.start()
-    start = vehicle.state().position[2]
-    try:
-        with sitl_flight.Sitl(instance=3, speedup=2) as sitl:
-            record = sitl_flight.fly(sitl.mavlink_port, 5.0, 5.0,
-                                     lambda: vehicle.state().position[2] - start, leg=5.0)
-            log = sitl.log()
-    finally:
-        link.stop()
-        source.close()
-    assert record.armed and record.reached, (record.texts, log[-2000:])
+    with lock_step_engine(3, checker, recording) as height, \
+            sitl_flight.Sitl(instance=3, speedup=2) as sitl:
+        record = sitl_flight.fly(sitl, 5.0, 5.0, height, leg=5.0)
+        log = sitl.log()
+    assert record.frame == 'Frame: QUAD/X', record.texts
+    assert record.armed and record.reached, (record.texts, sitl_flight.tail(log))
     assert record.sim_seconds >= 5.0
-    assert record.worst_hover_error(5.0) < 0.5, record.hover
-    assert record.worst_truth_error() < 0.5, record.hover
+    assert record.worst_hover_error(5.0) < 0.5, record.hover[-5:]
+    assert record.worst_truth_error() < 0.5, record.hover[-5:]
     assert record.moved and record.landed, record.texts
     checks = checker.checks()
     print(f"\nconventions over the flight's last 10 s:\n{format_table(checks)}")
     assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
-    print(f'lock-step flight: {vehicle.time:.1f} s of physics in {record.wall_seconds:.1f} s; '
+    print(f'lock-step flight: {record.sim_seconds:.1f} s of hover in {record.wall_seconds:.1f} s; '
           f'hover error {record.worst_hover_error(5.0):.3f} m, against MuJoCo '
           f'{record.worst_truth_error():.3f} m')
     # The recording of the whole flight, judged as a bag: nothing wrong, the clock ok.
@@ -253,3 +264,31 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
         print(f'\nthe recorded flight, checked:\n{table}')
     for name in ('gravity', 'imu mounting', 'twist frame', 'time: stamps against the clock'):
         assert re.search(rf'^{name}\s+ok', table, re.MULTILINE), table
+
+
+@pytest.mark.skipif(sitl_flight.sitl_binary() is None,
+                    reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
+                           'with arducopter and copter.parm')
+def test_a_sitl_that_dies_mid_flight_ends_the_flight_at_once_in_a_few_lines(capfd):
+    # SITL aborts while hovering (as on "Floating point exception - aborting"): the flight must
+    # end with SITL's exit status and last lines, not print "EOF on TCP socket" for ever.
+    killed = []
+    with lock_step_engine(4) as height, sitl_flight.Sitl(instance=4, speedup=2) as sitl:
+
+        def abort_sitl() -> float:
+            if not killed:
+                sitl.process.send_signal(signal.SIGABRT)
+                killed.append(time.monotonic())
+            return height()
+
+        with pytest.raises(sitl_flight.SitlDied) as failure:
+            sitl_flight.fly(sitl, 2.0, 5.0, abort_sitl)
+        ended = time.monotonic()
+    message = str(failure.value)
+    output = capfd.readouterr()
+    assert killed, message
+    assert 'exited with status -6 (SIGABRT)' in message, message
+    assert len(message.splitlines()) <= sitl_flight.TAIL_LINES + 2, message
+    assert ended - killed[0] < 10.0
+    printed = output.out + output.err
+    assert 'EOF on TCP socket' not in printed and len(printed.splitlines()) < 50, printed[-2000:]

@@ -25,9 +25,9 @@ CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.
 
 
 def frames_line(output: str) -> str:
-    """Return the node's last statement of skipped samples, if any."""
-    skipped = [line for line in output.splitlines() if 'skipped' in line]
-    return skipped[-1] if skipped else 'no samples skipped'
+    """Return the node's last statement of physics passed over, if any."""
+    skipped = [line for line in output.splitlines() if 'behind physics' in line]
+    return skipped[-1] if skipped else 'no physics passed over'
 
 
 class SimulatorTruth:
@@ -85,7 +85,7 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
         truth = SimulatorTruth('/quad/odom', domain_id)
         try:
             with sitl_flight.Sitl(instance=instance, speedup=1) as sitl:
-                record = sitl_flight.fly(sitl.mavlink_port, 5.0, 5.0, lambda: truth.height)
+                record = sitl_flight.fly(sitl, 5.0, 5.0, lambda: truth.height)
                 log = sitl.log()
                 gyro_rate, loop_rate, long_loops = sitl.figures()
         finally:
@@ -94,17 +94,24 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
             process.terminate()
         node_output, _ = node.communicate(timeout=15)
         sim_output, _ = sim.communicate(timeout=15)
-    assert node.returncode == 0 and sim.returncode == 0, node_output + sim_output
-    assert record.armed and record.reached, (record.texts, node_output, log[-2000:])
+    tail = sitl_flight.tail
+    figures = (f'SITL gyro rate {gyro_rate} Hz, loop rate {loop_rate} Hz, {long_loops} long '
+               f'loops; node: {frames_line(node_output)}')
+    print(f'\n{imu_rate} Hz IMU: {figures}')
+    assert node.returncode == 0 and sim.returncode == 0, tail(node_output + sim_output)
+    assert record.frame == 'Frame: QUAD/X', record.texts
+    assert record.armed and record.reached, '\n'.join([
+        figures, 'SITL said: ' + ' | '.join(record.texts[-20:]), 'node: ' + tail(node_output),
+        'SITL: ' + tail(log)])
     assert record.sim_seconds >= 5.0
-    assert record.worst_hover_error(5.0) < 0.5, record.hover
-    assert record.worst_truth_error() < 0.5, record.hover   # SITL's altitude vs the simulator
-    assert record.landed, record.texts
-    assert 'Traceback' not in node_output + sim_output
+    assert record.worst_hover_error(5.0) < 0.5, f'{figures}; last samples {record.hover[-5:]}'
+    # SITL's altitude against the simulator's
+    assert record.worst_truth_error() < 0.5, f'{figures}; last samples {record.hover[-5:]}'
+    assert record.landed, record.texts[-20:]
+    assert 'Traceback' not in node_output + sim_output, tail(node_output + sim_output)
     # The live convention checks judged the simulator's REP-103 output: no check turned wrong.
-    assert 'conventions:' not in node_output, node_output
+    assert 'conventions:' not in node_output, tail(node_output)
     print(f'flight through the node ({imu_rate} Hz IMU, {odom_rate} Hz odometry): hover error '
           f'{record.worst_hover_error(5.0):.3f} m (from the simulator truth '
           f'{record.worst_truth_error():.3f} m) over {record.sim_seconds:.1f} s, '
-          f'{record.wall_seconds:.0f} s wall; SITL gyro rate {gyro_rate} Hz, loop rate '
-          f'{loop_rate} Hz, {long_loops} long loops; node: {frames_line(node_output)}')
+          f'{record.wall_seconds:.0f} s wall; {figures}')

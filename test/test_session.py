@@ -1,8 +1,10 @@
 """frame_count semantics and the session clock."""
 
+import math
+
 import pytest
 
-from ardupilot_json_bridge.link.session import FrameKind, SitlSession
+from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, SitlSession
 
 
 def answered(session, frame, stamp, sequence=1):
@@ -46,3 +48,39 @@ def test_time_going_back_keeps_sitl_clock_running():
     assert timestamp == pytest.approx(0.02)
     session.record_reply(2, b'', 3, 2.0, timestamp)
     assert session.timestamp_for(2.01) == pytest.approx(0.03)
+
+
+def test_skipping_ahead_moves_the_source_instant_and_not_the_timestamp():
+    grid = FrameGrid(5.0, 1200)
+    for _ in range(11):
+        grid.next_instant(1200)
+        grid.advance()
+    # Eleven frames answered (source 5.0 .. 5.0 + 10/1200); physics is now at 5.1 s.
+    assert grid.skip_to(5.1) == 109              # (5.1 - (5.0 + 11 / 1200)) * 1200
+    assert grid.next_instant(1200) == pytest.approx(5.1)
+    assert grid.timestamp_of(grid.index + 1) == pytest.approx(11 / 1200)
+    assert grid.passed_over == pytest.approx(109 / 1200)
+    assert grid.skip_to(5.1005) == 0             # less than one frame ahead: nothing to pass
+
+
+def test_catching_up_steps_two_frames_and_ignores_the_rate_it_echoes():
+    grid = FrameGrid(0.0, 1200)
+    for _ in range(10):
+        grid.catch_up(grid.next_instant(1200), 0.05)
+        grid.advance()
+    # Ten frames answered (0 .. 9/1200); the source is at 0.1 s: 0.1 - 10/1200 = 0.0917 s ahead.
+    assert grid.catch_up(0.1, 0.05) == 0 and grid.step == 2
+    assert grid.next_instant(1200) == pytest.approx(11 / 1200)
+    assert grid.next_timestamp() == pytest.approx(11 / 1200)
+    assert grid.advance() == pytest.approx(11 / 1200)
+    # SITL now reports 601 Hz (1 / (2/1200), plus its 1 Hz step towards SIM_RATE_HZ): an echo
+    # of the double step, not a rate SITL chose, so the grid stays at 1200 Hz.
+    assert grid.next_instant(601) == pytest.approx(13 / 1200) and grid.rate == 1200
+    # Caught up to within a frame: single steps again, and a later rate change is followed.
+    assert grid.catch_up(12.5 / 1200, 0.05) == 0 and grid.step == 1
+    grid.advance()
+    assert grid.next_instant(1199) == pytest.approx(12 / 1200 + 1 / 1199)
+    # Beyond 4 x max_backlog: physics is passed over, the timestamp still steps one frame.
+    assert grid.catch_up(0.5, 0.05) == math.floor((0.5 - (12 / 1200 + 1 / 1199)) * 1199)
+    assert grid.step == 1 and grid.next_instant(1199) == pytest.approx(0.5, abs=1 / 1199)
+    assert grid.next_timestamp() == pytest.approx(12 / 1200 + 1 / 1199)

@@ -7,7 +7,8 @@ instant served in the session, so SITL's clock starts at 0 and never sees epoch 
 
 On the frame grid (free-running sources), reply k describes the source instant
 origin + k / frame_rate and carries the timestamp k / frame_rate; a change of SITL's frame
-rate re-bases the grid at the current instant, so every step is exactly one frame period.
+rate re-bases the grid at the current instant. Every step is one frame period, or at most
+MAX_STEP periods while SITL catches up with a source that ran ahead.
 """
 
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ import math
 from typing import Optional
 
 DEFAULT_FRAME_RATE = 1200
+MAX_STEP = 2     # frames one reply may advance while SITL catches up with its source
+PASS_OVER = 4    # backlogs (max_backlog) beyond which physics is passed over instead
 
 
 class FrameKind(enum.Enum):
@@ -37,9 +40,19 @@ class FrameVerdict:
 
 
 class FrameGrid:
-    """SITL's frame instants in source time, and their session timestamps."""
+    """
+    SITL's frame instants in source time, and their session timestamps.
 
-    __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index')
+    SITL sets its frame rate from each timestamp step it receives (1 / step, SIM_JSON.cpp),
+    reports that rate back in its servo packets, and from there moves back towards SIM_RATE_HZ
+    by only 1 Hz a frame. So a reply never steps SITL's clock by more than MAX_STEP frames: a
+    jump of tens of ms would set SITL to tens of Hz, and a grid following the packets' rate
+    would keep it there for seconds. Nor does the grid follow a rate that only echoes one of
+    its own longer steps.
+    """
+
+    __slots__ = ('base_stamp', 'base_timestamp', 'rate', 'index', 'step', 'last_step',
+                 'passed_over')
 
     def __init__(self, stamp: float, rate: int) -> None:
         """Start a grid whose first frame is at source time stamp and session time 0."""
@@ -47,17 +60,24 @@ class FrameGrid:
         self.base_timestamp = 0.0
         self.rate = rate or DEFAULT_FRAME_RATE
         self.index = -1
+        self.step = 1              # frames the next reply advances
+        self.last_step = 1         # frames the last reply advanced
+        self.passed_over = 0.0     # source seconds passed over: how far SITL's clock lags
 
     def next_instant(self, rate: int) -> float:
-        """Return the source instant of the next frame, re-basing first if the rate changed."""
+        """Return the source instant of the next reply, re-basing first if SITL's rate changed."""
         rate = rate or DEFAULT_FRAME_RATE
         if rate != self.rate and self.index < 0:
             self.rate = rate
-        elif rate != self.rate:
+        elif rate != self.rate and self.last_step == 1:
             self.base_stamp = self.stamp_of(self.index)
             self.base_timestamp = self.timestamp_of(self.index)
             self.rate, self.index = rate, 0
-        return self.stamp_of(self.index + 1)
+        return self.stamp_of(self.index + self.step)
+
+    def next_timestamp(self) -> float:
+        """Return the session timestamp of the next reply."""
+        return self.timestamp_of(self.index + self.step)
 
     def stamp_of(self, index: int) -> float:
         return self.base_stamp + index / self.rate
@@ -65,19 +85,40 @@ class FrameGrid:
     def timestamp_of(self, index: int) -> float:
         return self.base_timestamp + index / self.rate
 
+    def catch_up(self, newest: float, max_backlog: float) -> int:
+        """
+        Choose the next reply's step from how far the source's newest sample is ahead.
+
+        More than max_backlog ahead, replies step MAX_STEP frames until the next one would
+        pass the newest sample: SITL's clock catches up with the source's, and SITL's frame
+        rate drops to no less than 1 / MAX_STEP of its own meanwhile. More than PASS_OVER
+        times max_backlog ahead (SITL keeps up with not even that), physics is passed over
+        instead (skip_to). Returns the frames passed over.
+        """
+        backlog = newest - self.stamp_of(self.index + 1)
+        if self.index < 0 or backlog > PASS_OVER * max_backlog:
+            self.step = 1
+            return self.skip_to(newest) if backlog > max_backlog else 0
+        room = backlog >= (MAX_STEP - 1) / self.rate
+        self.step = MAX_STEP if room and (backlog > max_backlog or self.step > 1) else 1
+        return 0
+
     def skip_to(self, stamp: float) -> int:
         """
-        Move forward to the last frame at or before stamp; return the frames passed over.
+        Move the next frame's source instant to the last grid instant at or before stamp.
 
-        Before any frame is answered none is passed over: the grid starts again at stamp, so
-        the session's first reply is still time 0.
+        Returns the frames passed over. The timestamps do not move (SITL's clock steps one
+        frame): SITL's clock falls behind the source's by the frames passed over, as a slow
+        SITL's does anyway. Before any frame is answered none is passed over: the grid starts
+        again at stamp, so the session's first reply is still time 0.
         """
         if self.index < 0:
             self.base_stamp = stamp
             return 0
         frames = math.floor((stamp - self.stamp_of(self.index + 1)) * self.rate + 1e-9)
         if frames > 0:
-            self.index += frames
+            self.base_stamp += frames / self.rate
+            self.passed_over += frames / self.rate
             return frames
         return 0
 
@@ -85,11 +126,12 @@ class FrameGrid:
         """Carry on from stamp next frame: the source's clock jumped (a simulation reset)."""
         self.base_stamp = stamp - 1.0 / self.rate
         self.base_timestamp = self.timestamp_of(self.index)
-        self.index = 0
+        self.index, self.step = 0, 1
 
     def advance(self) -> float:
-        """Record that the next frame was answered, and return its timestamp."""
-        self.index += 1
+        """Record that the next reply was sent, and return its timestamp."""
+        self.index += self.step
+        self.last_step = self.step
         return self.timestamp_of(self.index)
 
 

@@ -20,13 +20,32 @@ from ardupilot_json_bridge.core.settings import LinkSettings, SITL_BASE_PORT, SI
 from ardupilot_json_bridge.core.state import Instant, SensorState, Unavailable
 from ardupilot_json_bridge.core.stats import LinkStats
 from ardupilot_json_bridge.link.portowner import udp_port_owner
-from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, SitlSession
+from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, MAX_STEP, SitlSession
 
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
 FrameCallback = Callable[[ServoPacket], None]
 RestartCallback = Callable[[], None]
+
+
+WHAT_TO_CHANGE = ('give them more CPU (fewer busy processes than cores), lower SIM_RATE_HZ (not '
+                  "below the vehicle's loop rate, 400 for Copter) or run the simulator slower "
+                  'than real time')
+
+
+def falling_behind(grid: FrameGrid, backlog: float, passed: int, max_backlog: float) -> str:
+    """Say in one line that SITL could not keep up with the source, and what to change."""
+    if not passed:
+        return (f'SITL fell {backlog:.3f} s behind physics (max_backlog {max_backlog} s): '
+                f'catching up {MAX_STEP} frames a reply, so its clock keeps up with the '
+                f'simulator while its frame rate drops to 1/{MAX_STEP}. SITL and the bridge are '
+                f'not keeping up: {WHAT_TO_CHANGE}')
+    return (f'SITL fell {backlog:.3f} s behind physics, too far to catch up {MAX_STEP} frames a '
+            f'reply: passed over {passed} frame(s) ({passed / grid.rate:.3f} s) of physics, '
+            "SITL's clock still stepping one frame at a time; it now runs "
+            f'{grid.passed_over:.2f} s behind the simulator. SITL and the bridge cannot keep '
+            f'up: {WHAT_TO_CHANGE}')
 
 
 class LinkError(RuntimeError):
@@ -289,19 +308,19 @@ class SitlLink:
             session.resets = state.resets
         stamp = grid.next_instant(packet.frame_rate)
         newest = state.newest_primary()
-        if newest is not None and newest - stamp > state.settings.max_backlog:
-            skipped = grid.skip_to(newest)
-            if skipped:
-                self.stats.skipped += skipped
-                self.warnings.warning('skipped', f'{self._prefix}SITL fell more than '
-                                                 f'{state.settings.max_backlog} s behind '
-                                                 f'physics: skipped {skipped} frame(s) to '
-                                                 'catch up')
+        if newest is not None:
+            catching = grid.step > 1
+            passed = grid.catch_up(newest, state.settings.max_backlog)
+            if passed or (grid.step > 1 and not catching):
+                self.stats.skipped += passed
+                message = falling_behind(grid, newest - stamp, passed,
+                                         state.settings.max_backlog)
+                self.warnings.warning('skipped' if passed else 'behind', self._prefix + message)
             stamp = grid.next_instant(packet.frame_rate)
         result = state.wait_for_stamp(stamp, timeout)
         if isinstance(result, Unavailable):
             return result
-        return result, grid.timestamp_of(grid.index + 1)
+        return result, grid.next_timestamp()
 
     def _sample_instant(self, timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
         """Return the next primary sample's instant (lock-step sources), and its timestamp."""
