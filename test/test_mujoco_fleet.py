@@ -255,15 +255,15 @@ def test_two_real_arducopters_take_off_to_their_heights_in_one_world():
     heights = (4.0, 6.0)
     records: Dict[int, sitl_flight.FlightRecord] = {}
 
-    def fly(index: int, port: int) -> None:
+    def fly(index: int, sitl: sitl_flight.Sitl) -> None:
         records[index] = sitl_flight.fly(
-            port, heights[index], 5.0,
+            sitl, heights[index], 5.0,
             lambda: vehicles[index].state().position[2] - starts[index])
 
     try:
         with sitl_flight.Sitl(instance=3, speedup=2) as first, \
                 sitl_flight.Sitl(instance=4, speedup=2) as second:
-            pilots = [threading.Thread(target=fly, args=(k, sitl.mavlink_port))
+            pilots = [threading.Thread(target=fly, args=(k, sitl))
                       for k, sitl in enumerate((first, second))]
             for pilot in pilots:
                 pilot.start()
