@@ -15,7 +15,9 @@ Every figure is printed with a ratio against its baseline, since these machines 
 4. conversions: ROS messages to samples, against copying their fields;
 5. idle: CPU of a link with no SITL, against this process asleep;
 6. MuJoCo lock-step (with mujoco installed): a frame of the quad X with the live checks and
-   with a flight recording, against the frame alone; the recording's CPU in its own thread.
+   with a flight recording, against the frame alone; the recording's CPU in its own thread;
+7. odometry on another clock: a frame on SITL's grid with the odometry stamped 1000 s off the
+   IMU (every frame refused), against the same frames with both on one clock (all answered).
 """
 
 import argparse
@@ -266,6 +268,27 @@ def per_frame(frames: int) -> Dict[str, float]:
     return {'frame_us': frame * 1e6, 'push_us': push * 1e6, 'json_dumps_us': dumps * 1e6}
 
 
+def odometry_clock_offset(frames: int) -> Dict[str, float]:
+    """Per-frame time on the grid, odometry on the IMU's clock and 1000 s off it."""
+    packets = [encode_servo_packet(i, [1500] * 16) for i in range(frames)]
+    figures = {}
+    for name, offset in (('same_clock', 0.0), ('offset_1000s', 1000.0)):
+        # The grid starts at the newest sample, and each frame's instant is the newest sample's
+        # stamp but for rounding: the horizon takes the last bit of it.
+        state = SensorState(StateSettings(horizon=1e-9))
+        link = socketless_link(state, None)
+        start = time.perf_counter()
+        for index in range(frames):
+            if index % 4 == 0:
+                state.push_odometry(replace(ODOMETRY, stamp=index * PHYSICS_STEP + offset))
+            state.push_imu(imu_sample(index))
+            link.handle_datagram(packets[index], ('127.0.0.1', 40000))
+        figures[f'{name}_us'] = (time.perf_counter() - start) / frames * 1e6
+        answered = frames if offset == 0.0 else 0
+        assert link.stats.replied == answered, link.stats.summary()
+    return figures
+
+
 def conversions(count: int) -> Dict[str, float]:
     from ardupilot_json_bridge.messages import inputs
     from ardupilot_json_bridge.sources.bagfile import typestore
@@ -400,6 +423,13 @@ def main() -> int:
               f'{convert[name] / convert["copy_fields_us"]:5.1f} x copying its fields '
               f'({convert["copy_fields_us"]:.2f} us)')
 
+    offset = odometry_clock_offset(2000 if args.quick else 20000)
+    print('\nodometry on another clock (grid pacing, per frame, socket excluded)')
+    print(f'   same clock       {offset["same_clock_us"]:6.1f} us, every frame answered')
+    refused, answered = offset['offset_1000s_us'], offset['same_clock_us']
+    print(f'   1000 s off       {refused:6.1f} us = {refused / answered:.2f} x same clock, every '
+          f'frame refused (target <= 1 x: {verdict(refused <= answered)})')
+
     quiet = idle(1.0 if args.quick else 5.0)
     print('\nidle, no SITL')
     print(f'   link {quiet["idle_link_cpu_percent"]:.3f} % of a core; process asleep '
@@ -426,7 +456,8 @@ def main() -> int:
     if args.json:
         with open(args.json, 'w') as output:
             json.dump({'round_trip': trip, 'per_frame': work, 'fleet': rows,
-                       'conversions': convert, 'idle': quiet, 'mujoco': engine}, output,
+                       'conversions': convert, 'odometry_clock_offset': offset, 'idle': quiet,
+                       'mujoco': engine}, output,
                       indent=2)
     return 0
 

@@ -12,6 +12,7 @@ import pytest
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ros2_tools import ros2_missing
 from sitl_peer import SitlPeer
 
 # One ROS domain per test run, inherited by every node a test starts, so two runs on one
@@ -95,3 +96,17 @@ def reaped(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+@pytest.fixture(scope='session')
+def sourced_ros2() -> None:
+    """
+    Skip (once, one line) where ROS 2 is not sourced with this checkout built by colcon.
+
+    The tests in test/ros2 run the ros2 command line; elsewhere they cannot.
+    """
+    reason = ros2_missing()
+    if reason:
+        pytest.skip(reason)
+    os.environ.setdefault('ROS_DOMAIN_ID', str(random.randrange(1, 100)))
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')

@@ -209,12 +209,21 @@ class SitlPeer:
         self.sock.sendto(data, self.target)
 
     def receive(self, timeout: float = 2.0) -> Optional[bytes]:
-        """Return the next reply datagram, or None when none comes within timeout."""
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(65536)
-        except socket.timeout:
-            return None
+        """
+        Return the next reply datagram, or None when none comes within timeout.
+
+        Datagrams from any address but the bridge's are ignored: another test's SITL peer on
+        this machine may aim at a port it picked that this peer now holds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sock.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)
+            try:
+                data, sender = self.sock.recvfrom(65536)
+            except socket.timeout:
+                return None
+            if sender[:2] == self.target:
+                return data
 
     def step(self, pwm: Optional[Sequence[int]] = None, timeout: float = 2.0,
              dialect: str = '4.6') -> Dict[str, object]:

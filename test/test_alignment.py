@@ -167,14 +167,15 @@ def test_any_ordering_gives_the_truth_at_every_instant(
     assert position < 1e-3 and velocity < 1e-3, (position, velocity)
 
 
-def test_a_sitl_far_behind_skips_ahead_and_says_so():
-    stream = Stream(1000, 250, pause=(0.1, 0.3), duration=0.5)
-    first, replies, link = fly(stream, max_backlog=0.05)
-    stamps = [reply['timestamp'] for reply in replies]
-    steps = np.diff(stamps)
-    # One jump of about the pause, every other step one frame.
-    assert np.sum(steps > 1.5 / 1200) == 1 and 0.19 < steps.max() < 0.21
-    assert link.stats.skipped == round(steps.max() * 1200) - 1
+def test_a_sitl_far_behind_catches_up_without_jumping_its_clock():
+    stream = Stream(1000, 250, pause=(0.1, 0.25), duration=0.5)
+    first, replies, _ = fly(stream, max_backlog=0.05)
+    frames = np.diff([reply['timestamp'] for reply in replies]) * 1200
+    # SITL's clock steps one frame, or two while it catches up: never a jump that would set
+    # SITL's frame rate from it (SIM_JSON.cpp), and the physics is never passed over.
+    ones, twos = np.isclose(frames, 1.0), np.isclose(frames, 2.0)
+    assert np.all(ones | twos), frames.max()
+    assert twos.sum() > 0
     attitude, position, velocity = errors(first, replies)
     assert attitude < 0.01 and position < 1e-3 and velocity < 1e-3
 

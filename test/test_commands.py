@@ -6,7 +6,7 @@ from rosbags.typesys import get_types_from_msg
 
 from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.commands import (
-    group_messages, group_topics, MessageClasses, pwm_message, time_message)
+    group_messages, group_topics, MessageClasses, time_message)
 import ros_messages as msgs
 
 ACTUATORS = 'actuator_msgs/msg/Actuators'
@@ -26,10 +26,8 @@ def classes_for(store):
         float64=types['std_msgs/msg/Float64'],
         float64_multi_array=types['std_msgs/msg/Float64MultiArray'],
         multi_array_layout=types['std_msgs/msg/MultiArrayLayout'],
-        uint16_multi_array=types['std_msgs/msg/UInt16MultiArray'],
         actuators=types[ACTUATORS],
-        float_array=lambda values: np.asarray(values, dtype=np.float64),
-        uint16_array=lambda values: np.asarray(values, dtype=np.uint16))
+        float_array=lambda values: np.asarray(values, dtype=np.float64))
 
 
 @pytest.fixture(params=sorted(msgs.STORES))
@@ -77,11 +75,6 @@ def test_float64_one_topic_per_channel(store):
     assert [(t, round_trip(store, m).data) for t, m in pairs] == [
         ('servo/aileron', 0.25), ('servo/elevator', -0.5)]
     assert group_topics(out) == ('servo/aileron', 'servo/elevator')
-
-
-def test_raw_pwm(store):
-    message = round_trip(store, pwm_message(classes_for(store), [1500, 0, 2000] + [0] * 13))
-    assert list(message.data)[:3] == [1500, 0, 2000] and len(message.data) == 16
 
 
 @pytest.mark.parametrize('seconds,sec,nanosec', [

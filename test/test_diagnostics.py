@@ -94,3 +94,21 @@ def test_conventions_status_warns_with_the_fix():
     assert status.values['twist frame'] == 'undecided: at rest'
     status = monitor().conventions_status(checks[:2])
     assert status.level is Level.OK and status.message.startswith('1 ok, 1 undecided')
+
+
+def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they_stop():
+    watcher, meter = monitor(), InputMeter('odometry')
+    for i in range(10):
+        meter.record(i * 0.01)
+    reason = ("odometry stamps are 1700000000.000 s ahead of the IMU's, another clock "
+              '(...); stamp both with the physics time: start every node with use_sim_time')
+    meter.unanswered, meter.fault, meter.fault_is_error = 240, reason, True
+    status = watcher.input_status(meter, 0.1)
+    assert status.level is Level.ERROR
+    assert status.message == f'240 SITL frame(s) unanswered: {reason}'
+    assert status.values['unanswered_frames'] == '240'
+    # Odometry back on the IMU's clock: no new frame unanswered, OK again.
+    assert watcher.input_status(meter, 0.1).level is Level.OK
+    # A fault that waiting may mend (physics late for a frame) is a warning.
+    meter.unanswered, meter.fault, meter.fault_is_error = 241, 'samples stop short', False
+    assert watcher.input_status(meter, 0.1).level is Level.WARN

@@ -6,8 +6,9 @@ import os
 import pytest
 
 from ardupilot_json_bridge.ros.launch_config import (
-    bridge_node_arguments, bridge_parameters, fleet, LaunchArgumentError, parse_bool,
-    single_vehicle, VehicleLaunch)
+    bridge_node_arguments, bridge_parameters, clock_remappings, clock_topic, fleet,
+    LaunchArgumentError, parse_bool, parse_rate, simulator_node_arguments, single_vehicle,
+    VehicleLaunch)
 
 LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
 
@@ -71,6 +72,8 @@ def test_node_arguments_name_the_package_executable_and_namespace():
     ('fleet.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
                          'use_sim_time'}),
     ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance'}),
+    ('mujoco.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
+                          'use_sim_time', 'imu_rate', 'odom_rate'}),
 ])
 def test_launch_files_declare_their_arguments(name, arguments):
     with open(os.path.join(LAUNCH_DIR, name)) as source:
@@ -79,3 +82,22 @@ def test_launch_files_declare_their_arguments(name, arguments):
                 if isinstance(call, ast.Call) and getattr(call.func, 'id', '') ==
                 'DeclareLaunchArgument'}
     assert declared == arguments
+
+
+def test_rates_are_positive_hertz():
+    assert parse_rate('imu_rate', '250') == 250.0
+    for text, message in [('fast', 'imu_rate: expected a rate in Hz'),
+                          ('0', 'imu_rate: 0 Hz is outside'), ('-5', 'outside')]:
+        with pytest.raises(LaunchArgumentError, match=message):
+            parse_rate('imu_rate', text)
+
+
+def test_one_simulation_runs_on_clock_a_fleet_on_clocks_of_their_own():
+    quad = VehicleLaunch('quad3', 3)
+    assert clock_topic(quad, 1) == '/clock' and clock_remappings('/clock') == []
+    assert clock_topic(quad, 2) == '/quad3/clock'
+    assert simulator_node_arguments(quad, '/quad3/clock', 250.0, 125.0) == {
+        'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim', 'name': 'mujoco_sim',
+        'namespace': 'quad3', 'output': 'screen',
+        'parameters': [{'imu_rate': 250.0, 'odom_rate': 125.0}],
+        'remappings': [('/clock', '/quad3/clock')]}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
-from ardupilot_json_bridge.checks.layout import NAME
+from ardupilot_json_bridge.checks.layout import NAME, quad_verdict
 from ardupilot_json_bridge.checks.live import LiveConventions
 from ardupilot_json_bridge.checks.verdicts import Check, format_table, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.sources.bagfile import write_bag
@@ -190,3 +190,13 @@ def test_a_quad_spinning_up_in_yaw_is_no_timing_fault():
     # offset check's interval ends once read as an 89 ms offset.
     checks = judged(fly_quad(mixed_flight.Flight(frame='X', mixer='H', seed=5)))
     assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
+
+
+@pytest.mark.parametrize('vehicle, sitl, verdict', [
+    ('X', 'X', OK), ('PLUS', 'PLUS', OK), ('X', 'PLUS', WRONG), ('PLUS', 'X', WRONG),
+    ('H', 'PLUS', WRONG),
+    # A real QUAD/X flight through the node once fitted the body as QUAD/H in closed loop and
+    # was called wrong: a yaw sign alone is never a fault.
+    ('H', 'X', UNDECIDED), ('X', None, UNDECIDED), (None, 'X', UNDECIDED)])
+def test_only_roll_and_pitch_decide_a_quad_layout(vehicle, sitl, verdict):
+    assert quad_verdict(vehicle, sitl, 'figures').verdict == verdict

@@ -355,3 +355,50 @@ def test_sync_flags_only_when_configured(make_link, make_peer, flags):
     for name in ('no_time_sync', 'no_lockstep'):
         assert reply.get(name, False) is flags.get(name, False)
         assert (name in reply) is (name in flags)
+
+
+def test_a_clock_jump_back_while_a_frame_waits_is_seen_at_once_and_named(
+        make_link, make_peer, caplog):
+    # A simulator reset (or a looping bag) while the link waits for the next grid instant:
+    # the frame is answered from the new clock, not left to time out as a "pause".
+    logger = logging.getLogger('test.link.jump')
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=10.0, logger=logger)
+    peer = make_peer(link.address[1])
+    for k in range(10):
+        feed(link, 50.0 + k * 0.001)
+    first = peer.step()
+    # Well after the frame below starts waiting for physics past 50.009 s, the clock restarts.
+    timer = threading.Timer(0.3, lambda: [feed(link, 2.0 + k * 0.001) for k in range(10)])
+    with caplog.at_level(logging.INFO, logger='test.link.jump'):
+        timer.start()
+        reply = peer.step(timeout=8.0)
+        timer.join()
+    assert (reply['timestamp'] - first['timestamp']) * 1200 == pytest.approx(1.0)
+    assert 'physics time went back from 50.010 to 2.' in caplog.text, caplog.text
+    assert 'paused or stopped' not in caplog.text, caplog.text
+    assert link.stats.unanswered == 0
+
+
+def test_odometry_on_the_wall_clock_is_one_error_naming_the_clocks_and_replies_resume(
+        make_link, make_peer, caplog):
+    logger = logging.getLogger('test.link.clocks')
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=0.05, logger=logger)
+    peer = make_peer(link.address[1])
+    wall = time.time()
+    for k in range(10):
+        link.state.push_odometry(OdometrySample(wall + k * 0.004, (1.0, 2.0, -3.0),
+                                                (0.0, 0.0, 0.0), LEVEL, (0.0, 0.0, 0.0)))
+        link.state.push_imu(ImuSample(20.0 + k * 0.004, (0.0, 0.0, 0.0), (0.0, 0.0, -9.80665)))
+    with caplog.at_level(logging.INFO, logger='test.link.clocks'):
+        for _ in range(20):
+            peer.send()
+            assert peer.receive(0.1) is None
+        assert wait_for(lambda: link.stats.unanswered == 20)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, caplog.text
+    assert 'IMU 20.036 s: simulated time' in errors[0].message
+    assert 'wall-clock time' in errors[0].message and 'use_sim_time:=true' in errors[0].message
+    assert link.state.meters['odometry'].unanswered == 20
+    # The simulator's odometry back on the IMU's clock: the next frame is answered.
+    feed(link, 20.040)
+    assert peer.step()['timestamp'] == 0.0

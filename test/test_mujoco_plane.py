@@ -133,17 +133,21 @@ def wind_estimate_error(record, truth_enu) -> float:
 def judge_circuit(record, wind, how: str) -> None:
     """Print and check a circuit's figures: loiter radius and altitude, RTL, wind estimate."""
     # plane.parm: WP_LOITER_RAD 80 m; LOITER holds the altitude it starts at.
+    # Judged once settled on the circle (its first third brings the take-off's level-off and
+    # the turn onto the circle); the whole loiter's altitude error is printed too.
     held = record.loiter[0][2]
-    _, _, radius, _ = sitl_plane.circle(record.loiter[len(record.loiter) // 3:])
-    altitude_error = max(abs(point[2] - held) for point in record.loiter)
+    settled = record.loiter[len(record.loiter) // 3:]
+    _, _, radius, _ = sitl_plane.circle(settled)
+    altitude_error = max(abs(point[2] - held) for point in settled)
+    entry_error = max(abs(point[2] - held) for point in record.loiter)
     home = min(math.hypot(point[0], point[1]) for point in record.rtl)
     estimate_error = wind_estimate_error(record, wind)
     print(f'\nArduPlane {how} in {record.wall_seconds:.0f} s, wind {wind} m/s (ENU): took off '
           f'to {max(p[2] for p in record.takeoff):.1f} m (TKOFF_ALT 50), loiter radius '
           f'{radius:.1f} m (WP_LOITER_RAD 80), altitude within {altitude_error:.1f} m of '
-          f'{held:.1f} m, RTL passed {home:.0f} m from home at up to '
-          f'{max(p[2] for p in record.rtl):.0f} m; wind estimate off by {estimate_error:.2f} '
-          f'm/s')
+          f'{held:.1f} m ({entry_error:.1f} m from entering the loiter), RTL passed '
+          f'{home:.0f} m from home at up to {max(p[2] for p in record.rtl):.0f} m; wind '
+          f'estimate off by {estimate_error:.2f} m/s')
     assert abs(radius - 80.0) < 0.3 * 80.0 and altitude_error < 5.0, (radius, altitude_error)
     assert home < 80.0 * 1.3
     assert estimate_error < 1.5, record.wind[-5:]

@@ -90,6 +90,13 @@ def harness():
     h.close()
 
 
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
 def serve(harness, peer, namespace, x, steps=20, timeout=10.0):
     """Publish fresh samples and step the peer until it has `steps` replies."""
     replies, stamp, deadline = [], 100.0, time.monotonic() + timeout
@@ -113,7 +120,8 @@ def test_node_declares_its_parameters(harness):
     result = node.set_parameters([Parameter('instance', value=3)])[0]
     assert not result.successful
     assert node.set_parameters([Parameter('fresh_timeout', value=0.3)])[0].successful
-    assert node.config.link.fresh_timeout == 0.3
+    # What the link process applied, as it reports it back.
+    assert wait_until(lambda: node.link.applied[0].fresh_timeout == 0.3), node.link.applied
     refused = node.set_parameters([Parameter('fresh_timeout', value=-1.0)])[0]
     assert not refused.successful
 
@@ -161,9 +169,71 @@ def test_node_publishes_commands_reliably(harness):
     finally:
         peer.close()
     assert received, (f'no command in 10 s: {peer.frame_count} frames answered, link '
-                      f'{harness.nodes[-1].state.stats.summary()}')
+                      f'{harness.nodes[-1].link.stats.summary()}')
     assert list(received[-1].data) == [2.0, 2.0]
     assert pwm and list(pwm[-1].data)[:3] == [1000, 1000, 2000]
+
+
+def test_servo_pwm_carries_every_new_frame_and_the_commands_are_throttled(harness):
+    port = free_udp_port()
+    harness.bridge('rec', port=port, output_groups=['wheels'],
+                   **{'outputs.wheels.type': 'float64_multi_array',
+                      'outputs.wheels.topic': 'wheels', 'outputs.wheels.channels': [3]})
+    deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    recorded, commands = [], []
+    harness.sim.create_subscription(UInt16MultiArray, '/rec/servo_pwm', recorded.append, deep)
+    harness.sim.create_subscription(Float64MultiArray, '/rec/wheels', commands.append, deep)
+    peer = SitlPeer(port)
+    held = [1000, 1000, 1600] + [0] * 13     # SITL holds its outputs: the PWM never changes
+    try:
+        replies, stamp, deadline = 0, 100.0, time.monotonic() + 20.0
+        while replies < 200 and time.monotonic() < deadline:
+            stamp += 0.002
+            harness.publish_motion('rec', stamp, 0.0)
+            peer.send(pwm=held)
+            if peer.receive(0.2) is not None:
+                replies += 1
+                peer.frame_count += 1
+    finally:
+        peer.close()
+    assert replies == 200
+    # Every new frame (each frame_count SITL sent) is on servo_pwm, once, with its PWM.
+    assert wait_until(lambda: len(recorded) >= peer.frame_count), (len(recorded), replies)
+    time.sleep(0.2)
+    assert len(recorded) == peer.frame_count
+    assert all(list(message.data) == held for message in recorded)
+    # The commands: the first frame's, then at most one per 20 ms while the PWM holds.
+    assert 1 <= len(commands) < len(recorded)
+
+
+def test_a_backlog_raised_while_running_is_applied_by_the_link_process(harness):
+    # SITL 3 s behind the simulator, max_backlog raised from 0.05 to 5 s while running: the
+    # frame must be served from 3 s back, as when 5 s is given at start.
+    port = free_udp_port()
+    node = harness.bridge('lag', port=port, fresh_timeout=0.2)
+    assert node.set_parameters([Parameter('max_backlog', value=5.0)])[0].successful
+    assert wait_until(lambda: node.link.applied[1].max_backlog == 5.0)
+    assert node.link.applied[2] >= 5.0      # the histories' length, in physics seconds
+    peer = SitlPeer(port)
+    try:
+        stamp, deadline = 100.0, time.monotonic() + 10.0
+        while peer.frame_count == 0 and time.monotonic() < deadline:
+            stamp += 0.01
+            harness.publish_motion('lag', stamp, 1.0)
+            peer.send()
+            if peer.receive(0.2) is not None:
+                peer.frame_count += 1
+        assert peer.frame_count == 1
+        for k in range(1, 301):              # 3 s of physics, SITL not stepping
+            harness.publish_motion('lag', stamp + 0.01 * k, 1.0)
+            time.sleep(0.002)
+        while peer.receive(0.5) is not None:
+            pass                             # replies to frame 0 sent again while it waited
+        replies = peer.lock_step(5, timeout=10.0, wait=0.3)
+    finally:
+        peer.close()
+    assert len(replies) == 5, node.link.stats.summary()
+    assert [r['timestamp'] * 1200 for r in replies] == pytest.approx([1, 2, 3, 4, 5])
 
 
 def test_node_reports_diagnostics(harness):
@@ -178,7 +248,7 @@ def test_node_reports_diagnostics(harness):
     link = names['uav3/json_sitl_bridge: SITL link']
     assert 'waiting for SITL' in link.message
     assert names['uav3/json_sitl_bridge: input imu'].level == b'\x02'
-    assert node.state.stats.received == 0
+    assert node.link.stats.received == 0
 
 
 def test_two_vehicles_do_not_interfere(harness):

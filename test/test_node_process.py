@@ -19,7 +19,8 @@ import pytest
 rclpy = pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip install '
                                             "'.[jazzy]'")
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402, I100, I202
+from builtin_interfaces.msg import Time  # noqa: E402, I100, I202
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
@@ -40,10 +41,13 @@ class Simulator:
     A simulator stand-in publishing /clock, and `imu` and `odom` in each namespace.
 
     The vehicle rests at ENU x = east, at 250 Hz of simulated time paced to the wall clock.
+    Faults to switch on while it runs: odometry stamped with the wall clock (a plugin or relay
+    on the wrong clock), and a clock reset (jump_back).
     """
 
     def __init__(self, easts: Dict[str, float], command_type: type = Float64MultiArray,
-                 command_values: Callable[[Any], List[float]] = lambda m: list(m.data)) -> None:
+                 command_values: Callable[[Any], List[float]] = lambda m: list(m.data),
+                 start: float = 0.0) -> None:
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node('simulator', context=self.context)
@@ -64,22 +68,37 @@ class Simulator:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.running = True
+        self.odometry_on_wall_clock = False
+        self.jumps = 0
+        self._jump_back = 0
+        self._start_step = round(start / STEP)
         self.threads = [threading.Thread(target=self.executor.spin, daemon=True),
                         threading.Thread(target=self._publish, daemon=True)]
         for thread in self.threads:
             thread.start()
 
+    def jump_back(self, seconds: float) -> None:
+        """Set the simulated clock back by seconds, once (a simulator reset)."""
+        self._jump_back = round(seconds / STEP)
+
     def _publish(self) -> None:
-        started, step = time.monotonic(), 0
+        started, step, sim_step = time.monotonic(), 0, self._start_step
         while self.running:
             step += 1
-            sec, nanosec = divmod(round(step * STEP * 1e9), 1_000_000_000)
+            sim_step += 1
+            if self._jump_back:
+                sim_step, self._jump_back = max(1, sim_step - self._jump_back), 0
+                self.jumps += 1
+            sec, nanosec = divmod(round(sim_step * STEP * 1e9), 1_000_000_000)
             clock = Clock()
             clock.clock.sec, clock.clock.nanosec = sec, nanosec
             self.clock.publish(clock)
             for ns, (imu_publisher, odom_publisher) in self.publishers.items():
                 odometry = Odometry()
                 odometry.header.stamp = clock.clock
+                if self.odometry_on_wall_clock:
+                    wall_sec, wall_nanosec = divmod(time.time_ns(), 1_000_000_000)
+                    odometry.header.stamp = Time(sec=wall_sec, nanosec=wall_nanosec)
                 odometry.pose.pose.position.x = self.easts[ns]
                 odometry.pose.pose.orientation.w = 1.0
                 imu = Imu()
@@ -97,11 +116,14 @@ class Simulator:
         rclpy.shutdown(context=self.context)
 
 
-def start_node(namespace: str, port: int, sim_time: bool = True) -> subprocess.Popen:
+def start_node(namespace: str, port: int, sim_time: bool = True,
+               *parameters: str) -> subprocess.Popen:
+    """Start the node as users do; parameters are extra name:=value settings."""
+    extra = [argument for parameter in parameters for argument in ('-p', parameter)]
     return subprocess.Popen(
         [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'node', '--ros-args', '-r',
          f'__ns:=/{namespace}', '--params-file', CONFIG, '-p',
-         f'use_sim_time:={str(sim_time).lower()}', '-p', f'port:={port}'],
+         f'use_sim_time:={str(sim_time).lower()}', '-p', f'port:={port}', *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -248,6 +270,84 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
             [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
         assert len(message.position) == 0 and len(message.normalized) == 0
         assert message.header.stamp.sec + message.header.stamp.nanosec > 0  # simulated time
+    finally:
+        peer.close()
+        simulator.close()
+
+
+def drain(peer: SitlPeer) -> None:
+    """Read away replies to frames the peer sent again while waiting (each gets one)."""
+    while peer.receive(0.3) is not None:
+        pass
+
+
+def statuses_of(simulator: 'Simulator', name: str) -> List[Any]:
+    return [status for report in list(simulator.diagnostics) for status in report.status
+            if status.name == name]
+
+
+def test_odometry_on_the_wall_clock_is_one_error_and_replies_resume_on_the_imus_clock():
+    # /clock and the IMU on simulated time, the odometry stamped with the wall clock: no frame
+    # can be answered (and none may hang the link), one ERROR line and a /diagnostics ERROR
+    # name both clocks and the fix; back on simulated time, replies resume at once.
+    port = free_udp_port()
+    simulator = Simulator({'uav1': 3.0})
+    peer = SitlPeer(port)
+    try:
+        with reaped(start_node('uav1', port)) as node:
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            simulator.odometry_on_wall_clock = True
+            drain(peer)
+            assert peer.lock_step(1, [1500] * 16, timeout=3.0, wait=0.5) == []
+
+            def odometry_errors():
+                return [s for s in statuses_of(simulator, 'uav1/json_sitl_bridge: input odometry')
+                        if s.level == b'\x02']
+            assert wait_for(odometry_errors), [s.message for s in statuses_of(
+                simulator, 'uav1/json_sitl_bridge: input odometry')]
+            message = odometry_errors()[-1].message
+            assert 'wall-clock time' in message and 'IMU' in message, message
+            assert 'use_sim_time:=true' in message, message
+            simulator.odometry_on_wall_clock = False
+            replies = peer.lock_step(20, [1500] * 16, timeout=10.0, wait=0.5)
+            assert len(replies) == 20
+            assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))
+            node.send_signal(signal.SIGTERM)
+            output, _ = node.communicate(timeout=15)
+        assert node.returncode == 0, output
+        errors = [line for line in output.splitlines() if 'ERROR' in line]
+        assert 1 <= len(errors) <= 2, output[-3000:]     # rate-limited: one per 5 s
+        assert 'odometry stamps are' in errors[0] and 'simulated time' in errors[0], errors
+    finally:
+        peer.close()
+        simulator.close()
+
+
+def test_a_simulator_that_resets_its_clock_mid_flight_is_followed_and_named():
+    port = free_udp_port()
+    simulator = Simulator({'uav1': 3.0}, start=20.0)
+    peer = SitlPeer(port)
+    try:
+        # A patient SITL: a peer in Python may lag the simulator, and must not skip ahead here.
+        with reaped(start_node('uav1', port, True, 'max_backlog:=10.0')) as node:
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            drain(peer)     # replies to the first frame, sent again while the node started
+            replies = peer.lock_step(200, [1500] * 16, timeout=30.0, wait=2.0)
+            # The clock goes back while the peer steps on, so while a frame waits for physics.
+            jump = threading.Timer(0.1, simulator.jump_back, args=(15.0,))
+            jump.start()
+            replies += peer.lock_step(600, [1500] * 16, timeout=30.0, wait=2.0)
+            jump.join()
+            assert wait_for(lambda: simulator.jumps == 1)
+            node.send_signal(signal.SIGTERM)
+            output, _ = node.communicate(timeout=15)
+        assert len(replies) == 800, output[-3000:]
+        steps = [(b['timestamp'] - a['timestamp']) * 1200 for a, b in zip(replies, replies[1:])]
+        # SITL's clock steps by exactly one frame, across the reset too.
+        odd = [(i, step) for i, step in enumerate(steps) if step != pytest.approx(1.0)]
+        assert not odd, (odd, output[-3000:])
+        assert 'physics time went back from' in output, output[-3000:]
+        assert 'paused or stopped' not in output, output[-3000:]
     finally:
         peer.close()
         simulator.close()

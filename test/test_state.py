@@ -1,14 +1,15 @@
 """The state: instants from histories, both pacings, staleness, optional inputs, bad stamps."""
 
+from dataclasses import replace
 import logging
 import math
 import threading
 
 import pytest
 
-from ardupilot_json_bridge.core.alignment import History
+from ardupilot_json_bridge.core.alignment import History, imu_from_odometry
 from ardupilot_json_bridge.core.frames import quaternion_to_euler
-from ardupilot_json_bridge.core.reply import build_reply, imu_from_odometry, windvane
+from ardupilot_json_bridge.core.reply import build_reply, windvane
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
 from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings
 from ardupilot_json_bridge.core.state import Instant, SensorState, Unavailable
@@ -272,3 +273,74 @@ def test_meters_count_and_rate():
     assert meter.age(clock.now) == pytest.approx(0.01)
     state.count_rejected('odometry')
     assert state.meters['odometry'].rejected == 1
+
+
+@pytest.mark.parametrize('clock_name, odometry_start', [
+    ('simulated time', 1100.0),             # 1000 s off: another simulated clock
+    ('wall-clock time', None)])             # stamped with the wall clock (time.time())
+def test_odometry_on_another_clock_is_refused_without_carrying_and_named(
+        monkeypatch, clock_name, odometry_start):
+    import time
+    from ardupilot_json_bridge.core import alignment
+    steps = []
+    turn = alignment.propagate_attitude
+
+    def counted(*arguments):
+        steps.append(1)
+        assert len(steps) < 1000, 'carried the odometry over 500 steps to decide one frame'
+        return turn(*arguments)
+    monkeypatch.setattr(alignment, 'propagate_attitude', counted)
+    start = time.time() if odometry_start is None else odometry_start
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    for i in range(5):
+        state.push_imu(imu(100.0 + 0.004 * i))
+        state.push_odometry(odometry(start + 0.004 * i))
+        clock.now += 0.004
+    result = state.wait_for_stamp(100.016, 0.0)
+    assert not steps
+    assert isinstance(result, Unavailable) and result.input == 'odometry'
+    assert result.level == logging.ERROR
+    text = result.reason
+    # Both clocks with their stamps, the offset, and the fix.
+    assert f'odometry {start + 0.016:.3f} s: {clock_name}' in text, text
+    assert 'IMU 100.016 s: simulated time' in text, text
+    assert f'{start - 100.0:.3f} s ahead of the IMU' in text, text
+    assert 'use_sim_time:=true' in text and 'stamp both with the physics time' in text, text
+    # Back on the IMU's clock: the very next instant is answered.
+    state.push_odometry(odometry(100.018))
+    state.push_imu(imu(100.020))
+    assert isinstance(state.wait_for_stamp(100.020, 0.0), Instant)
+
+
+def test_odometry_that_stopped_is_not_blamed_on_clocks():
+    clock = FakeClock()
+    state = SensorState(StateSettings(max_odometry_lag=0.1), clock=clock)
+    state.push_odometry(odometry(10.0))
+    clock.now += 3.0
+    state.push_imu(imu(13.0))
+    result = state.wait_for_stamp(13.0, 0.0)
+    assert isinstance(result, Unavailable) and result.level == logging.WARNING
+    assert '3.000 s from the instant' in result.reason
+    assert 'none received for 3.00 s' in result.reason and 'clock' not in result.reason
+
+
+def test_histories_grow_with_a_backlog_raised_while_running():
+    # SITL 1.5 s behind the newest samples, max_backlog 2 s: served when 2 s was given at
+    # start, and must be when it was raised later (ros2 param set).
+    def instant_behind(state: SensorState):
+        for i in range(2000):
+            if i % 4 == 0:
+                state.push_odometry(odometry(100.0 + i * 0.001))
+            state.push_imu(imu(100.0 + i * 0.001))
+        return state.wait_for_stamp(100.5, 0.0)
+
+    short = StateSettings(max_optional_age=0.1)   # keeps the histories short at start
+    assert isinstance(instant_behind(SensorState(replace(short, max_backlog=2.0))), Instant)
+    raised = SensorState(short)
+    raised.settings = replace(short, max_backlog=2.0)
+    result = instant_behind(raised)
+    assert isinstance(result, Instant), result
+    lag = SensorState(short)
+    lag.settings = replace(short, max_odometry_lag=3.0)
+    assert isinstance(instant_behind(lag), Instant)

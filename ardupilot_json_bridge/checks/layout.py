@@ -31,9 +31,10 @@ QUAD_LAYOUTS: Dict[str, Tuple[int, Tuple[Tuple[float, float], ...]]] = {
     'X': (1, ((45.0, 1.0), (-135.0, 1.0), (-45.0, -1.0), (135.0, -1.0))),
     'H': (3, ((45.0, -1.0), (-135.0, -1.0), (-45.0, 1.0), (135.0, 1.0))),
 }
-# The layouts SITL's roll and pitch control tells apart, and the one each mixes roll and
-# pitch as.
-ROLL_PITCH_LAYOUTS = {'PLUS': 'PLUS', 'X': 'X'}
+# The layouts SITL's roll and pitch control tells apart.
+ROLL_PITCH_LAYOUTS = ('PLUS', 'X')
+# The one each layout mixes roll and pitch as: an H is an X with its yaw reversed.
+ROLL_PITCH_OF = {'PLUS': 'PLUS', 'X': 'X', 'H': 'X'}
 # Motors' PWM above which the copter is flying (us), and the seconds of it needed.
 FLYING_PWM = 1150.0
 MIN_FLYING = 3.0
@@ -132,12 +133,21 @@ def copter_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarra
     # is judged on roll and pitch, which tells a PLUS from an X (an H mixes as an X there).
     sitl_scores = {name: controller_crossing(demands, rates, angles, name)
                    for name in ROLL_PITCH_LAYOUTS}
-    vehicle, sitl = named(vehicle_scores), named(sitl_scores)
     measured = (f'axes crossed by the body (lower fits): {scores_text(vehicle_scores)}; by '
                 f"SITL's roll and pitch control: {scores_text(sitl_scores)}")
+    return quad_verdict(named(vehicle_scores), named(sitl_scores), measured)
+
+
+def quad_verdict(vehicle: Optional[str], sitl: Optional[str], measured: str) -> Check:
+    """
+    Judge the layout the vehicle responds as against the one SITL mixes roll and pitch as.
+
+    Only roll and pitch can disagree: an H is an X with its yaw reversed, and neither SITL's
+    yaw demands nor a body's yaw answer in a closed loop shows a reliable sign.
+    """
     if vehicle is None or sitl is None:
         return Check(NAME, UNDECIDED, measured + ': no single QUAD layout fits both')
-    if ROLL_PITCH_LAYOUTS[sitl] != ROLL_PITCH_LAYOUTS.get(vehicle, vehicle):
+    if ROLL_PITCH_OF[sitl] != ROLL_PITCH_OF[vehicle]:
         return Check(NAME, WRONG, f'SITL mixes for QUAD/{sitl}, the vehicle responds as '
                                   f'QUAD/{vehicle} ({measured})',
                      f'set FRAME_CLASS 1 and FRAME_TYPE {QUAD_LAYOUTS[vehicle][0]} '

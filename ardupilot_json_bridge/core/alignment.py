@@ -6,8 +6,10 @@ specific force linearly, attitude by slerp. Past the odometry's ends (before its
 or after its newest), and between odometry samples too far apart for slerp to be exact, the
 nearest odometry is carried to the instant with the IMU: attitude by
 the gyro, velocity by the specific force plus gravity, position by the velocity; dt may have
-either sign. Plain floats throughout: this runs once per SITL frame on a handful of numbers,
-where numpy's per-call overhead would cost more than the arithmetic.
+either sign. Carrying costs one step per CARRY_STEP of gap, so callers check History.gap
+against their limit first. Engines without an IMU get one derived from their odometry. Plain
+floats throughout: this runs once per SITL frame on a handful of numbers, where numpy's
+per-call overhead would cost more than the arithmetic.
 """
 
 import bisect
@@ -27,6 +29,9 @@ CARRY_STEP = 0.005
 INTERPOLATION_SPAN = 0.0125
 # A stamp this far behind an input's newest is a restarted simulation, not a late message.
 RESET_JUMP = 1.0
+# Odometry-only mode differentiates velocity over at least this long, so stamp jitter does
+# not become acceleration spikes.
+MIN_DIFFERENCE_SPAN = 0.004
 
 
 class Appended:
@@ -95,6 +100,14 @@ class History(Generic[S]):
         samples = self.samples
         return (samples[index - 1] if index else None,
                 samples[index] if index < len(samples) else None)
+
+    def gap(self, stamp: float) -> float:
+        """Physics time from stamp to the nearest sample, either side; infinite when empty."""
+        stamps = self.stamps
+        index = bisect.bisect_right(stamps, stamp)
+        before = stamp - stamps[index - 1] if index else math.inf
+        after = stamps[index] - stamp if index < len(stamps) else math.inf
+        return min(before, after)
 
 
 def lerp3(a: Sequence[float], b: Sequence[float], f: float) -> Vector3:
@@ -172,12 +185,12 @@ def carry(odometry: OdometrySample, imu: 'History[ImuSample]',
 
 
 def odometry_at(odometry: 'History[OdometrySample]', imu: 'History[ImuSample]',
-                stamp: float) -> Tuple[Vector3, Vector3, Quaternion, float]:
+                stamp: float) -> Tuple[Vector3, Vector3, Quaternion]:
     """
-    Position, velocity and attitude at stamp, and the gap to the nearest odometry.
+    Position, velocity and attitude at stamp.
 
     Interpolated between the odometry samples around stamp when they are close; otherwise
-    the nearer one is carried by the IMU.
+    the nearer one is carried by the IMU, in steps of CARRY_STEP: check odometry.gap first.
     """
     before, after = odometry.around(stamp)
     if before is not None and after is not None:
@@ -186,12 +199,31 @@ def odometry_at(odometry: 'History[OdometrySample]', imu: 'History[ImuSample]',
             f = (stamp - before.stamp) / span
             return (lerp3(before.position, after.position, f),
                     lerp3(before.velocity, after.velocity, f),
-                    slerp(before.quaternion, after.quaternion, f),
-                    min(stamp - before.stamp, after.stamp - stamp))
+                    slerp(before.quaternion, after.quaternion, f))
         nearest = before if stamp - before.stamp <= after.stamp - stamp else after
     else:
         nearest = before if after is None else after
     if nearest.stamp == stamp:
-        return nearest.position, nearest.velocity, nearest.quaternion, 0.0
-    position, velocity, quaternion = carry(nearest, imu, stamp)
-    return position, velocity, quaternion, abs(stamp - nearest.stamp)
+        return nearest.position, nearest.velocity, nearest.quaternion
+    return carry(nearest, imu, stamp)
+
+
+def imu_from_odometry(history: 'History[OdometrySample]',
+                      current: OdometrySample) -> ImuSample:
+    """
+    Gyro and specific force for engines without an IMU, from successive odometry.
+
+    Body rates come from the odometry twist. Specific force is the velocity's difference
+    against the newest earlier sample at least MIN_DIFFERENCE_SPAN older, less gravity, in
+    the body frame (level at rest: [0, 0, -g]); with no such sample, gravity alone.
+    """
+    accel_ned = (0.0, 0.0, 0.0)
+    if len(history):
+        previous, _ = history.around(current.stamp - MIN_DIFFERENCE_SPAN)
+        if previous is not None and current.stamp > previous.stamp:
+            dt = current.stamp - previous.stamp
+            accel_ned = tuple((c - p) / dt for c, p in zip(current.velocity, previous.velocity))
+    w, x, y, z = current.quaternion
+    force_ned = (accel_ned[0], accel_ned[1], accel_ned[2] - STANDARD_GRAVITY)
+    specific_force = rotate((w, -x, -y, -z), force_ned)
+    return ImuSample(stamp=current.stamp, gyro=current.gyro, accel=specific_force)

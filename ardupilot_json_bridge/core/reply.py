@@ -1,39 +1,12 @@
-"""One SITL reply from one instant, and the derived values some simulators do not publish."""
+"""One SITL reply from one aligned instant, and the apparent wind (windvane) it implies."""
 
 import math
 from typing import Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.core.alignment import History, rotate
-from ardupilot_json_bridge.core.frames import quaternion_to_matrix, STANDARD_GRAVITY
+from ardupilot_json_bridge.core.frames import quaternion_to_matrix
 from ardupilot_json_bridge.core.protocol import SensorReply
-from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
-
-# Odometry-only mode differentiates velocity over at least this long, so stamp jitter does
-# not become acceleration spikes.
-MIN_DIFFERENCE_SPAN = 0.004
-
-
-def imu_from_odometry(history: 'History[OdometrySample]',
-                      current: OdometrySample) -> ImuSample:
-    """
-    Gyro and specific force for engines without an IMU, from successive odometry.
-
-    Body rates come from the odometry twist. Specific force is the velocity's difference
-    against the newest earlier sample at least MIN_DIFFERENCE_SPAN older, less gravity, in
-    the body frame (level at rest: [0, 0, -g]); with no such sample, gravity alone.
-    """
-    accel_ned = (0.0, 0.0, 0.0)
-    if len(history):
-        previous, _ = history.around(current.stamp - MIN_DIFFERENCE_SPAN)
-        if previous is not None and current.stamp > previous.stamp:
-            dt = current.stamp - previous.stamp
-            accel_ned = tuple((c - p) / dt for c, p in zip(current.velocity, previous.velocity))
-    w, x, y, z = current.quaternion
-    force_ned = (accel_ned[0], accel_ned[1], accel_ned[2] - STANDARD_GRAVITY)
-    specific_force = rotate((w, -x, -y, -z), force_ned)
-    return ImuSample(stamp=current.stamp, gyro=current.gyro, accel=specific_force)
 
 
 def windvane(wind_ned: Tuple[float, float, float], velocity_ned: Tuple[float, float, float],

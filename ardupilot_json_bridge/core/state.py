@@ -18,9 +18,10 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
-from ardupilot_json_bridge.core.alignment import Appended, History, imu_at, odometry_at
+from ardupilot_json_bridge.core.alignment import (
+    Appended, History, imu_at, imu_from_odometry, odometry_at)
+from ardupilot_json_bridge.core.clocks import clocks_apart
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
-from ardupilot_json_bridge.core.reply import imu_from_odometry
 from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
     Vector3, WindSample)
@@ -35,11 +36,19 @@ BATTERY = 'battery'
 RC = 'rc'
 # Extra history beyond the longest setting, so an instant always has samples on both sides.
 HISTORY_MARGIN = 0.1
+# An input whose last message arrived within this long (wall s) is still being published.
+STILL_PUBLISHED = 1.0
 
 
 def rangefinder_name(index: int) -> str:
     """Input name of rangefinder index (0-based), as logs and diagnostics show it."""
     return f'rangefinder_{index + 1}'
+
+
+def history_length(settings: StateSettings) -> float:
+    """Physics seconds of samples to keep: as far back as any setting may ask for."""
+    return max(settings.max_backlog, settings.max_odometry_lag, settings.horizon,
+               settings.max_optional_age) + HISTORY_MARGIN
 
 
 def input_names(settings: StateSettings) -> List[str]:
@@ -75,11 +84,17 @@ class Instant:
 
 @dataclass(frozen=True)
 class Unavailable:
-    """Why no reply can be built now: the input at fault and what is wrong with it."""
+    """
+    Why no reply can be built now: the input at fault and what is wrong with it.
+
+    level is the logging level the fault deserves: ERROR where waiting cannot help (inputs on
+    two clocks), WARNING where it may.
+    """
 
     input: str
     reason: str
     sequence: int = 0
+    level: int = logging.WARNING
 
     def __str__(self) -> str:
         return f'{self.input}: {self.reason}'
@@ -91,12 +106,11 @@ class SensorState:
     def __init__(self, settings: StateSettings,
                  clock: Callable[[], float] = time.monotonic,
                  logger: Optional[logging.Logger] = None) -> None:
-        self.settings = settings
+        self._settings = settings
         self.warnings = RateLimitedLog(logger or logging.getLogger('ardupilot_json_bridge.state'))
         self._clock = clock
         self._condition = threading.Condition()
-        keep = max(settings.max_backlog, settings.max_odometry_lag, settings.horizon,
-                   settings.max_optional_age) + HISTORY_MARGIN
+        keep = history_length(settings)
         self._imu: History[ImuSample] = History(keep)
         self._odometry: History[OdometrySample] = History(keep)
         names = input_names(settings)
@@ -108,6 +122,24 @@ class SensorState:
         self._resets = 0
         self._closed = False
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
+
+    @property
+    def settings(self) -> StateSettings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: StateSettings) -> None:
+        """Apply new settings while running: the histories keep as long as they now need."""
+        with self._condition:
+            self._settings = settings
+            keep = history_length(settings)
+            for history in (self._imu, self._odometry, *self._optional.values()):
+                history.keep = keep
+
+    @property
+    def keep(self) -> float:
+        """Physics seconds of samples the histories keep."""
+        return self._imu.keep
 
     @property
     def primary(self) -> str:
@@ -203,12 +235,21 @@ class SensorState:
             self._condition.wait_for(lambda: self._closed or len(self._imu) > 0, timeout)
             return self._imu.newest_stamp
 
-    def wait_for_stamp(self, stamp: float, timeout: float) -> Union[Instant, Unavailable]:
-        """Block until the primary input reaches stamp (less the horizon); its instant."""
+    def wait_for_stamp(self, stamp: float, timeout: float,
+                       resets: Optional[int] = None) -> Union[Instant, Unavailable]:
+        """
+        Block until the primary input reaches stamp (less the horizon); its instant.
+
+        With resets (the count the caller knows), a clock jump back while waiting ends the
+        wait at once: the instant asked for belongs to the clock before the jump.
+        """
         deadline = self._clock() + timeout
         with self._condition:
             while True:
                 newest = self._imu.newest_stamp
+                if resets is not None and resets != self._resets:
+                    return Unavailable(self.primary, f'physics time went back from '
+                                                     f'{stamp:.3f} to {newest:.3f} s')
                 if newest is not None and newest >= stamp - self.settings.horizon:
                     return self._instant_locked(stamp, self._sequence, 0)
                 remaining = deadline - self._clock()
@@ -230,14 +271,16 @@ class SensorState:
         Block until the primary sample after sequence after can be served; its instant.
 
         When SITL lags the newest sample by more than max_backlog, the newest is served. A
-        sample without odometry near it waits for odometry until the timeout.
+        sample without odometry near it waits for odometry until the timeout, unless the
+        odometry is on another clock and waiting cannot help.
         """
         deadline = self._clock() + timeout
         with self._condition:
             while True:
                 result = self._next_sample_locked(after)
                 remaining = deadline - self._clock()
-                if isinstance(result, Instant) or remaining <= 0.0 or self._closed:
+                if (isinstance(result, Instant) or result.level >= logging.ERROR
+                        or remaining <= 0.0 or self._closed):
                     return result
                 self._condition.wait(remaining)
 
@@ -263,12 +306,11 @@ class SensorState:
                         skipped: int) -> Union[Instant, Unavailable]:
         if not len(self._odometry):
             return Unavailable(ODOMETRY, 'no message received yet', sequence)
-        gyro, accel = imu_at(self._imu, stamp)
-        position, velocity, quaternion, gap = odometry_at(self._odometry, self._imu, stamp)
+        gap = self._odometry.gap(stamp)
         if gap > self.settings.max_odometry_lag:
-            return Unavailable(ODOMETRY, f'nearest sample is {gap:.3f} s from the instant '
-                                         f'(max_odometry_lag {self.settings.max_odometry_lag}'
-                                         ' s)', sequence)
+            return self._odometry_too_far(gap, sequence)
+        gyro, accel = imu_at(self._imu, stamp)
+        position, velocity, quaternion = odometry_at(self._odometry, self._imu, stamp)
         optional = self._optional
         return Instant(
             stamp=stamp, sequence=sequence, skipped=skipped, gyro=gyro, accel=accel,
@@ -278,6 +320,31 @@ class SensorState:
             airspeed=self._value_at(AIRSPEED, stamp) if len(optional[AIRSPEED]) else None,
             battery=self._value_at(BATTERY, stamp) if len(optional[BATTERY]) else None,
             rc=self._value_at(RC, stamp) if len(optional[RC]) else None)
+
+    def _odometry_too_far(self, gap: float, sequence: int) -> Unavailable:
+        """
+        Why the nearest odometry is further than max_odometry_lag: stopped, or another clock.
+
+        Decided from the newest samples alone, before any carrying: its cost grows with the gap.
+        """
+        reason = (f'nearest sample is {gap:.3f} s from the instant (max_odometry_lag '
+                  f'{self.settings.max_odometry_lag} s)')
+        age = self.meters[ODOMETRY].age(self._clock())
+        if age is not None and age > STILL_PUBLISHED:
+            return Unavailable(ODOMETRY, f'{reason}; none received for {age:.2f} s (odometry '
+                                         'stopped?)', sequence)
+        apart = clocks_apart(ODOMETRY, self._odometry.newest_stamp, 'IMU',
+                             self._imu.newest_stamp, time.time())
+        return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+
+    def count_unanswered(self, unavailable: Unavailable) -> None:
+        """Count a frame left unanswered for the input at fault, and keep the reason."""
+        with self._condition:
+            meter = self.meters.get(unavailable.input)
+            if meter is not None:
+                meter.unanswered += 1
+                meter.fault = unavailable.reason
+                meter.fault_is_error = unavailable.level >= logging.ERROR
 
     def _value_at(self, name: str, stamp: float):
         """Return the optional input's latest value at stamp; None (and counted) if too far off."""

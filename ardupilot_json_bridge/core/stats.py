@@ -19,6 +19,11 @@ class InputMeter:
         self.left_out = 0
         # Physics time served minus the stamp of the sample last left out (s).
         self.left_out_gap: Optional[float] = None
+        # SITL frames left unanswered for this input, the latest reason, and whether waiting
+        # cannot mend it (inputs on two clocks).
+        self.unanswered = 0
+        self.fault: Optional[str] = None
+        self.fault_is_error = False
         self.last_arrival: Optional[float] = None
         self._interval: Optional[float] = None
 

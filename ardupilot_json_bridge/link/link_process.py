@@ -7,7 +7,10 @@ subscriptions and the publishers, and a child process (no ROS) keeps the state a
 samples go down a Unix SEQPACKET socket, frames' PWM, statistics and log lines come back.
 
 Parent side: LinkProcess, with the same push_* methods as SensorState, so input routes feed
-it unchanged. Child side: `python -m ardupilot_json_bridge.link.link_process`.
+it unchanged. Child side: `python -m ardupilot_json_bridge.link.link_process`, whose
+serve_channel wires one piece per job: the link and its state (SitlLink), the samples coming
+in (SampleInlet), the PWM going out (PwmForwarder), the convention checks (LiveChecks) and
+the statistics (send_stats, every STATS_PERIOD).
 """
 
 import argparse
@@ -23,19 +26,36 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ardupilot_json_bridge.config import config_from_parameters
-from ardupilot_json_bridge.core.state import input_names
+from ardupilot_json_bridge.checks.conventions import (
+    ConventionChecker, observe_imu, observe_odometry)
+from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
+from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.messages.cdr_writer import encode_uint16_array
+from ardupilot_json_bridge.messages.inputs import stamp_seconds
+from ardupilot_json_bridge.messages.routes import (
+    deliver, IMU_TYPE, input_routes, InputRoute, ODOMETRY_TYPE, serialized,
+    SERIALIZED_DECODERS)
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
 # The node's clock (s) as the IMU message that follows arrived: for the live clock check.
 CLOCK = ord('K')
 # A serialized message of the input route whose index (in input_routes order) follows.
 SERIALIZED = ord('M')
-PWM, STATS, LOG = b'PSL'
+# Child to parent: PWM for the commands, serialized servo_pwm messages, statistics, log lines,
+# and the settings applied.
+PWM, RECORDED, STATS, LOG, APPLIED = b'PFSLA'
 STATS_PERIOD = 1.0
-# Unchanged PWM is forwarded for publishing no more often than this (s).
+# Unchanged PWM is forwarded for the commands no more often than this (s).
 COMMAND_REFRESH = 0.02
+# Every frame's PWM goes for servo_pwm in batches at most this old (s) or this long. Each
+# message wakes the node's reader thread: 10 ms batches slowed real SITL to 40 frames/s in
+# benchmarks/node_cpu.py, 50 ms batches kept it at 1200.
+RECORD_LATENCY = 0.05
+RECORD_BATCH = 64
 MAX_MESSAGE = 65536
 
 
@@ -44,14 +64,25 @@ class LinkProcess:
 
     def __init__(self, parameters: Dict[str, Any], udp: socket.socket,
                  on_pwm: Callable[[List[int], int], None],
-                 logger: logging.Logger) -> None:
+                 logger: logging.Logger,
+                 on_recorded: Optional[Callable[[bytes], None]] = None) -> None:
+        """
+        Start the child on the bound udp socket.
+
+        on_pwm(pwm, frame_rate) gets PWM for the commands (changed, or every COMMAND_REFRESH);
+        on_recorded(message) every new frame's std_msgs/UInt16MultiArray, serialized (CDR),
+        when raw_pwm_topic is set.
+        """
         self.logger = logger
         self.on_pwm = on_pwm
+        self.on_recorded = on_recorded
         self.stats = LinkStats()
-        settings = config_from_parameters(parameters).state
-        self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(settings)]
+        config = config_from_parameters(parameters)
+        self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(config.state)]
         # The newest convention checks of the link process (conventions.Check).
         self.conventions: List[Any] = []
+        # What the link process applies: (LinkSettings, StateSettings, history length in s).
+        self.applied = (config.link, config.state, history_length(config.state))
         self._channel, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._send = self._channel.send
         self._sendmsg = self._channel.sendmsg
@@ -129,11 +160,28 @@ class LinkProcess:
                     self.on_pwm(pwm, frame_rate)
                 except Exception as error:
                     self.logger.error(f'publishing actuator commands failed: {error!r}')
+            elif kind == RECORDED:
+                self._publish_recorded(body)
             elif kind == STATS:
                 self.stats, self.meters, self.conventions = pickle.loads(body)
+            elif kind == APPLIED:
+                self.applied = pickle.loads(body)
             elif kind == LOG:
                 level, text = body[0], body[1:].decode('utf-8', 'replace')
                 self.logger.log(level if levels(level) else logging.INFO, text)
+
+    def _publish_recorded(self, batch: bytes) -> None:
+        """Hand each serialized message of a batch to on_recorded, in frame order."""
+        if self.on_recorded is None:
+            return
+        at = 0
+        try:
+            while at < len(batch):
+                (size,) = struct.unpack_from('<H', batch, at)
+                self.on_recorded(batch[at + 2:at + 2 + size])
+                at += 2 + size
+        except Exception as error:
+            self.logger.error(f'publishing the raw PWM failed: {error!r}')
 
     def close(self, timeout: float = 3.0) -> None:
         """Stop the child (closing its channel) and wait for it."""
@@ -164,73 +212,148 @@ class ChannelLogHandler(logging.Handler):
             pass
 
 
-def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> int:
-    """Child side: the state and the link, fed from the channel until it closes."""
-    from ardupilot_json_bridge.checks.conventions import ConventionChecker, observe_imu, \
-        observe_odometry
-    from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
-    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
-    from ardupilot_json_bridge.core.state import SensorState
-    from ardupilot_json_bridge.link.sitl_link import SitlLink
-    from ardupilot_json_bridge.messages.inputs import stamp_seconds
-    from ardupilot_json_bridge.messages.routes import (
-        deliver, IMU_TYPE, input_routes, ODOMETRY_TYPE, serialized, SERIALIZED_DECODERS)
-    channel = socket.socket(fileno=channel_fd)
+def channel_logger(channel: socket.socket) -> logging.Logger:
+    """Child side: the package's logger, speaking through the parent."""
     logger = logging.getLogger('ardupilot_json_bridge')
     logger.addHandler(ChannelLogHandler(channel))
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    config = config_from_parameters(parameters)
-    state = SensorState(config.state, logger=logger)
+    return logger
 
-    sent = {'pwm': None, 'at': 0.0}
 
-    def on_frame(packet: Any) -> None:
-        # ArduPilot changes its outputs at its loop rate, a third of the frame rate: repeats
-        # are not forwarded, except every COMMAND_REFRESH, so that each publish is news.
-        pwm, now = packet.pwm, time.monotonic()
-        if pwm == sent['pwm'] and now - sent['at'] < COMMAND_REFRESH:
+class PwmForwarder:
+    """
+    Child side: each new frame's PWM to the parent, for the commands and the recording.
+
+    ArduPilot changes its outputs at its loop rate, a third of the frame rate: for the
+    commands, repeats are not forwarded, except every COMMAND_REFRESH, so that each publish is
+    news. For the recording (servo_pwm) every new frame goes, serialized here, in batches at
+    most RECORD_LATENCY old, so the parent wakes once per batch and publishes each as it came.
+    """
+
+    def __init__(self, channel: socket.socket, record: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._channel = channel
+        self._record = record
+        self._clock = clock
+        self._sent: Optional[List[int]] = None
+        self._sent_at = 0.0
+        self._batch: List[bytes] = []
+        self._batch_started = 0.0
+        self._lock = threading.Lock()
+
+    def on_frame(self, packet: Any) -> None:
+        """Take a new frame's PWM (the link's on_frame, called in the link thread)."""
+        pwm, now = packet.pwm, self._clock()
+        if self._record:
+            self._add_to_batch(encode_uint16_array(pwm), now)
+        if pwm == self._sent and now - self._sent_at < COMMAND_REFRESH:
             return
-        sent['pwm'], sent['at'] = pwm, now
-        channel.send(bytes((PWM,)) + struct.pack(f'<H{len(pwm)}H', packet.frame_rate, *pwm))
+        self._sent, self._sent_at = pwm, now
+        self._channel.send(bytes((PWM,)) + struct.pack(f'<H{len(pwm)}H', packet.frame_rate,
+                                                       *pwm))
 
-    link = SitlLink(config.link, state, on_frame=on_frame, logger=logger,
-                    sock=socket.socket(fileno=udp_fd))
-    link.start()
+    def _add_to_batch(self, message: bytes, now: float) -> None:
+        with self._lock:
+            if not self._batch:
+                self._batch_started = now
+            self._batch.append(struct.pack('<H', len(message)) + message)
+            if (now - self._batch_started < RECORD_LATENCY
+                    and len(self._batch) < RECORD_BATCH):
+                return
+            batch, self._batch = self._batch, []
+        self._channel.send(bytes((RECORDED,)) + b''.join(batch))
 
-    def update(settings: Any) -> None:
-        link.settings, state.settings = settings
+    def flush(self) -> None:
+        """Send what the batch holds (SITL stopped sending frames before it was full)."""
+        with self._lock:
+            batch, self._batch = self._batch, []
+        if batch:
+            self._channel.send(bytes((RECORDED,)) + b''.join(batch))
 
-    warnings = RateLimitedLog(logger)
-    checker = ConventionChecker(config.inputs.imu_mounting_rpy, config.inputs.odom_twist_frame,
-                                LIVE_WINDOW)
-    clock: Dict[str, Optional[float]] = {'on receipt': None}
 
-    def on_imu(message: Any) -> None:
+class LiveChecks:
+    """Child side: the convention checks, fed the raw IMU and odometry messages as decoded."""
+
+    def __init__(self, config: BridgeConfig, logger: logging.Logger) -> None:
+        self.checker = ConventionChecker(config.inputs.imu_mounting_rpy,
+                                         config.inputs.odom_twist_frame, LIVE_WINDOW)
+        self.conventions = LiveConventions(self.checker, logger)
+        self._clock_on_receipt: Optional[float] = None
+
+    def clock_on_receipt(self, now: float) -> None:
+        """Keep the node's clock as the next IMU message arrived, for the clock check."""
+        self._clock_on_receipt = now
+
+    def on_imu(self, message: Any) -> None:
         stamp = stamp_seconds(message.header)
-        observe_imu(checker, message, stamp)
-        now = clock['on receipt']
-        if now is not None:
-            checker.add_clock(stamp, now)
-            clock['on receipt'] = None
+        observe_imu(self.checker, message, stamp)
+        if self._clock_on_receipt is not None:
+            self.checker.add_clock(stamp, self._clock_on_receipt)
+            self._clock_on_receipt = None
 
-    observers = {IMU_TYPE: on_imu,
-                 ODOMETRY_TYPE: lambda m: observe_odometry(checker, m, stamp_seconds(m.header))}
-    routes = [serialized(route, observers[route.msgtype])
-              if route.msgtype in SERIALIZED_DECODERS else route
-              for route in input_routes(config, state)]
-    conventions = LiveConventions(checker, logger)
-    conventions.start()
+    def on_odometry(self, message: Any) -> None:
+        observe_odometry(self.checker, message, stamp_seconds(message.header))
 
-    def decode(data: bytes) -> None:
-        # No receive time: the serialized types all carry a header stamp.
-        deliver(routes[data[1]], data[2:], 0.0, state, warnings)
+    def routes(self, config: BridgeConfig, state: SensorState) -> List[InputRoute]:
+        """Return the input routes; those of serialized types feed the checks on the way."""
+        observers = {IMU_TYPE: self.on_imu, ODOMETRY_TYPE: self.on_odometry}
+        return [serialized(route, observers[route.msgtype])
+                if route.msgtype in SERIALIZED_DECODERS else route
+                for route in input_routes(config, state)]
 
-    pushes = {SETTINGS: update, IMU: state.push_imu, ODOMETRY: state.push_odometry,
-              WIND: state.push_wind, AIRSPEED: state.push_airspeed,
-              BATTERY: state.push_battery, RC: state.push_rc,
-              RANGE: lambda item: state.push_range(*item), REJECTED: state.count_rejected,
-              CLOCK: lambda now: clock.__setitem__('on receipt', now)}
+
+class SampleInlet:
+    """Child side: what comes down the channel, pushed into the state or applied."""
+
+    def __init__(self, channel: socket.socket, link: SitlLink, checks: LiveChecks,
+                 config: BridgeConfig, logger: logging.Logger) -> None:
+        state = link.state
+        self._channel = channel
+        self._link = link
+        self._routes = checks.routes(config, state)
+        self._warnings = RateLimitedLog(logger)
+        self._pushes = {
+            SETTINGS: self._apply, IMU: state.push_imu, ODOMETRY: state.push_odometry,
+            WIND: state.push_wind, AIRSPEED: state.push_airspeed, BATTERY: state.push_battery,
+            RC: state.push_rc, RANGE: lambda item: state.push_range(*item),
+            REJECTED: state.count_rejected, CLOCK: checks.clock_on_receipt}
+
+    def handle(self, data: bytes) -> None:
+        if data[0] == SERIALIZED:
+            # No receive time: the serialized types all carry a header stamp.
+            deliver(self._routes[data[1]], data[2:], 0.0, self._link.state, self._warnings)
+        else:
+            self._pushes[data[0]](pickle.loads(data[1:]))
+
+    def _apply(self, settings: Any) -> None:
+        """Apply new link and state settings, and tell the parent what now applies."""
+        link = self._link
+        link.settings, link.state.settings = settings
+        self._channel.send(bytes((APPLIED,)) + pickle.dumps(
+            (link.settings, link.state.settings, link.state.keep), pickle.HIGHEST_PROTOCOL))
+
+
+def send_stats(channel: socket.socket, link: SitlLink, checks: LiveChecks) -> None:
+    """Child side: the link's counters, the inputs' meters and the checks' verdicts."""
+    channel.send(bytes((STATS,)) + pickle.dumps(
+        (link.stats, list(link.state.meters.values()), checks.conventions.latest),
+        pickle.HIGHEST_PROTOCOL))
+
+
+def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> int:
+    """Child side: the state and the link, fed from the channel until it closes."""
+    channel = socket.socket(fileno=channel_fd)
+    logger = channel_logger(channel)
+    config = config_from_parameters(parameters)
+    forwarder = PwmForwarder(channel, record=bool(config.raw_pwm_topic))
+    link = SitlLink(config.link, SensorState(config.state, logger=logger),
+                    on_frame=forwarder.on_frame, logger=logger,
+                    sock=socket.socket(fileno=udp_fd))
+    checks = LiveChecks(config, logger)
+    inlet = SampleInlet(channel, link, checks, config, logger)
+    link.start()
+    checks.conventions.start()
     channel.settimeout(STATS_PERIOD)
     next_stats = time.monotonic() + STATS_PERIOD
     try:
@@ -242,20 +365,16 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
             if data == b'':
                 return 0
             if data:
-                if data[0] == SERIALIZED:
-                    decode(data)
-                else:
-                    pushes[data[0]](pickle.loads(data[1:]))
+                inlet.handle(data)
             now = time.monotonic()
             if now >= next_stats:
                 next_stats = now + STATS_PERIOD
-                channel.send(bytes((STATS,)) + pickle.dumps(
-                    (link.stats, list(state.meters.values()), conventions.latest),
-                    pickle.HIGHEST_PROTOCOL))
+                send_stats(channel, link, checks)
+                forwarder.flush()
     except OSError:
         return 0
     finally:
-        conventions.stop()
+        checks.conventions.stop()
         link.stop()
 
 

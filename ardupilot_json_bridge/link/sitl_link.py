@@ -269,7 +269,9 @@ class SitlLink:
         else:
             result = self._sample_instant(timeout)
         if isinstance(result, Unavailable):
-            self._unanswered(packet, str(result), 'unavailable:' + result.input)
+            self.state.count_unanswered(result)
+            self._unanswered(packet, str(result), f'unavailable:{result.input}:{result.level}',
+                             result.level)
             return
         instant, timestamp = result
         try:
@@ -291,7 +293,20 @@ class SitlLink:
 
     def _grid_instant(self, packet: ServoPacket,
                       timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
-        """Return the instant of SITL's next frame on the grid, and its timestamp."""
+        """
+        Return the instant of SITL's next frame on the grid, and its timestamp.
+
+        A clock jump back while the frame waits restarts the grid and the wait at once.
+        """
+        deadline = self._clock() + timeout
+        while True:
+            result = self._grid_attempt(packet, max(0.0, deadline - self._clock()))
+            if not (isinstance(result, Unavailable) and self.session.resets != self.state.resets):
+                return result
+
+    def _grid_attempt(self, packet: ServoPacket,
+                      timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
+        """One wait for the next grid instant; ends early if the source's clock jumps back."""
         state, session = self.state, self.session
         grid = session.grid
         if grid is None or session.resets != state.resets:
@@ -301,7 +316,8 @@ class SitlLink:
             if grid is None:
                 grid = session.grid = FrameGrid(newest, packet.frame_rate)
             else:
-                self.logger.warning(f'{self._prefix}physics time went back to {newest:.3f} s '
+                self.logger.warning(f'{self._prefix}physics time went back from '
+                                    f'{grid.stamp_of(grid.index + 1):.3f} to {newest:.3f} s '
                                     '(simulation reset or looping bag): SITL time carries on '
                                     'from where it was')
                 grid.restart_at(newest)
@@ -317,7 +333,7 @@ class SitlLink:
                                          state.settings.max_backlog)
                 self.warnings.warning('skipped' if passed else 'behind', self._prefix + message)
             stamp = grid.next_instant(packet.frame_rate)
-        result = state.wait_for_stamp(stamp, timeout)
+        result = state.wait_for_stamp(stamp, timeout, session.resets)
         if isinstance(result, Unavailable):
             return result
         return result, grid.next_timestamp()
@@ -353,10 +369,11 @@ class SitlLink:
                                              f'skipped {result.skipped} sample(s) to catch up')
         return result, timestamp
 
-    def _unanswered(self, packet: ServoPacket, reason: str, key: str) -> None:
+    def _unanswered(self, packet: ServoPacket, reason: str, key: str,
+                    level: int = logging.WARNING) -> None:
         self.stats.unanswered += 1
-        self.warnings.warning(key, f'{self._prefix}no reply to SITL frame '
-                                   f'{packet.frame_count}: {reason}')
+        self.warnings.log(level, key, f'{self._prefix}no reply to SITL frame '
+                                      f'{packet.frame_count}: {reason}')
 
     def _send(self, data: bytes, received: float) -> None:
         try:

@@ -25,10 +25,8 @@ class MessageClasses:
     float64: Any
     float64_multi_array: Any
     multi_array_layout: Any
-    uint16_multi_array: Any
     actuators: Any
     float_array: Callable[[Sequence[float]], Any]
-    uint16_array: Callable[[Sequence[int]], Any]
 
 
 def time_message(classes: MessageClasses, seconds: float) -> Any:
@@ -50,12 +48,6 @@ def multi_array_message(classes: MessageClasses, values: Sequence[float]) -> Any
     """std_msgs/Float64MultiArray with exactly the group's values, as forward controllers want."""
     layout = classes.multi_array_layout(dim=[], data_offset=0)
     return classes.float64_multi_array(layout=layout, data=classes.float_array(values))
-
-
-def pwm_message(classes: MessageClasses, pwm: Sequence[int]) -> Any:
-    """std_msgs/UInt16MultiArray of one frame's raw PWM (SERVO1 first)."""
-    layout = classes.multi_array_layout(dim=[], data_offset=0)
-    return classes.uint16_multi_array(layout=layout, data=classes.uint16_array(pwm))
 
 
 def group_messages(classes: MessageClasses, group: OutputGroup, values: Sequence[float],

@@ -9,13 +9,12 @@ import enum
 from typing import Dict, List, Optional, Sequence
 
 from ardupilot_json_bridge.checks.verdicts import Check, UNDECIDED, WRONG
+from ardupilot_json_bridge.core.clocks import CLOCK_MISMATCH
 from ardupilot_json_bridge.core.settings import LinkSettings
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0
 STALE_INPUT_AFTER = 1.0
-# Stamps this far from physics time (s, about a day) are on another clock altogether.
-CLOCK_MISMATCH = 1e5
 
 
 class Level(enum.IntEnum):
@@ -52,6 +51,7 @@ class BridgeMonitor:
         self._unanswered = 0
         self._rejected: Dict[str, int] = {}
         self._left_out: Dict[str, int] = {}
+        self._input_unanswered: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
@@ -114,17 +114,23 @@ class BridgeMonitor:
         values = {'topic': topic, 'rate_hz': f'{meter.rate():.1f}',
                   'age_s': 'never' if age is None else f'{age:.2f}',
                   'messages': str(meter.count), 'rejected': str(meter.rejected),
-                  'used': str(meter.used), 'left_out': str(meter.left_out)}
+                  'used': str(meter.used), 'left_out': str(meter.left_out),
+                  'unanswered_frames': str(meter.unanswered)}
         name = f'{self.prefix}: input {meter.name}'
         newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
         self._rejected[meter.name] = meter.rejected
         newly_left_out = meter.left_out - self._left_out.get(meter.name, 0)
         self._left_out[meter.name] = meter.left_out
+        newly_unanswered = meter.unanswered - self._input_unanswered.get(meter.name, 0)
+        self._input_unanswered[meter.name] = meter.unanswered
         missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
         if age is None:
             return Status(missing, name, f'no messages on {topic}', values)
         if age > STALE_INPUT_AFTER:
             return Status(missing, name, f'stale: last message {age:.1f} s ago', values)
+        if newly_unanswered:
+            return Status(Level.ERROR if meter.fault_is_error else Level.WARN, name,
+                          f'{newly_unanswered} SITL frame(s) unanswered: {meter.fault}', values)
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)

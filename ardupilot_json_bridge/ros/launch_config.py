@@ -7,12 +7,13 @@ configurations (namespace, instance, port, parameters) the launch files hand to 
 
 from dataclasses import dataclass
 import re
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Tuple, Union
 
 from ardupilot_json_bridge.core.settings import sitl_port
 
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 MAX_FLEET = 64
+MAX_RATE = 10000.0
 
 
 class LaunchArgumentError(ValueError):
@@ -47,6 +48,16 @@ def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
         raise LaunchArgumentError(f'{name}: expected a whole number, got {text!r}') from None
     if not minimum <= value <= maximum:
         raise LaunchArgumentError(f'{name}: {value} is outside {minimum}..{maximum}')
+    return value
+
+
+def parse_rate(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise LaunchArgumentError(f'{name}: expected a rate in Hz, got {text!r}') from None
+    if not 0.0 < value <= MAX_RATE:
+        raise LaunchArgumentError(f'{name}: {value:g} Hz is outside 0..{MAX_RATE:g}')
     return value
 
 
@@ -91,3 +102,27 @@ def fleet(count: str, prefix: str, first_instance: str) -> List[VehicleLaunch]:
     if not base:
         raise LaunchArgumentError('namespace_prefix: vehicles need a namespace prefix')
     return [VehicleLaunch(f'{base}{first + i}', first + i) for i in range(number)]
+
+
+def clock_topic(vehicle: VehicleLaunch, count: int) -> str:
+    """
+    Return the clock of a vehicle's own simulation: /clock alone, /<namespace>/clock in a fleet.
+
+    Each mujoco_sim is a simulation of its own, started at its own moment: two on one /clock
+    would interleave two times, so in a fleet each vehicle's simulator and bridge share theirs.
+    """
+    return '/clock' if count == 1 else f'/{vehicle.namespace}/clock'
+
+
+def simulator_node_arguments(vehicle: VehicleLaunch, clock: str, imu_rate: float,
+                             odom_rate: float) -> Dict[str, Any]:
+    """Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim."""
+    return {'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim',
+            'name': 'mujoco_sim', 'namespace': vehicle.namespace, 'output': 'screen',
+            'parameters': [{'imu_rate': imu_rate, 'odom_rate': odom_rate}],
+            'remappings': clock_remappings(clock)}
+
+
+def clock_remappings(clock: str) -> List[Tuple[str, str]]:
+    """Return a node's remappings putting its /clock on clock."""
+    return [('/clock', clock)] if clock != '/clock' else []

@@ -1,9 +1,12 @@
 """
 The json_sitl_bridge node: simulator topics in, ArduPilot SITL link, actuator commands out.
 
-The only module that imports rclpy and message packages, written against what Humble and
-Jazzy both offer. The UDP link runs in a thread of its own: nothing on the data path waits for
-a ROS timer, and ROS timers stall while simulated time stands still.
+Written against what Humble and Jazzy both offer. The node subscribes and publishes; the UDP
+link and the state run in a child process of their own (link/link_process.py), out of the
+executor's way and of its GIL: nothing on the data path waits for a ROS timer or callback, and
+ROS timers stall while simulated time stands still. Messages of the IMU and odometry go down
+raw, decoded in the child; the child sends back PWM for the commands, every frame's serialized
+servo_pwm, log lines and statistics for /diagnostics.
 """
 
 import array
@@ -41,8 +44,7 @@ from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.link.link_process import LinkProcess
 from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
-from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses, \
-    pwm_message
+from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses
 from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_routes, InputRoute, \
     SERIALIZED_DECODERS
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
@@ -55,6 +57,11 @@ SENSOR_QOS = qos_profile_sensor_data
 COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                          reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE)
+# servo_pwm, for recording: every frame, handed over in batches, so a deeper queue than the
+# commands' keeps a burst whole for a subscriber that takes it a moment later.
+RECORDING_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200,
+                           reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.VOLATILE)
 # What diagnostic_updater uses for /diagnostics.
 DIAGNOSTICS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                              reliability=ReliabilityPolicy.RELIABLE)
@@ -102,9 +109,8 @@ def rclpy_message_classes() -> MessageClasses:
         Actuators = None
     return MessageClasses(
         time=Time, header=Header, float64=Float64, float64_multi_array=Float64MultiArray,
-        multi_array_layout=MultiArrayLayout, uint16_multi_array=UInt16MultiArray,
-        actuators=Actuators, float_array=lambda values: np.asarray(values, dtype=float),
-        uint16_array=lambda values: array.array('H', values))
+        multi_array_layout=MultiArrayLayout,
+        actuators=Actuators, float_array=lambda values: np.asarray(values, dtype=float))
 
 
 class RosLogHandler(logging.Handler):
@@ -150,23 +156,7 @@ class JsonSitlBridge(Node):
         self.classes = rclpy_message_classes()
         link = self.config.link
         self._udp = bind_udp(link.bind_address, link.listen_port, link.instance)
-        # The link runs in a process of its own, out of the executor's way; this one converts
-        # messages and forwards the samples, and publishes what comes back.
-        self.state = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger)
-        self.routes = input_routes(self.config, self.state)
-        self._imu_count = 0
-        for index, route in enumerate(self.routes):
-            if route.msgtype == IMU_TYPE:
-                callback = partial(self._imu_received, index)
-            elif route.msgtype in SERIALIZED_DECODERS:
-                # Taken raw and decoded in the link process: see cdr.py.
-                callback = partial(self.state.push_serialized, index)
-            else:
-                callback = partial(self._deliver, route)
-            self.create_subscription(
-                message_class(route.msgtype), route.topic, callback, SENSOR_QOS,
-                qos_overriding_options=QoSOverridingOptions.with_default_policies(),
-                raw=route.msgtype in SERIALIZED_DECODERS)
+        # The publishers exist before the link process that feeds them.
         self.groups = self._usable_groups(self.config)
         self.mapper = ActuatorMapper(self.groups)
         command_types = {OutputKind.ACTUATORS: self.classes.actuators,
@@ -176,8 +166,27 @@ class JsonSitlBridge(Node):
             topic: self.create_publisher(command_types[group.kind], topic, COMMAND_QOS)
             for group in self.groups for topic in group_topics(group)}
         self.pwm_publisher = (self.create_publisher(UInt16MultiArray, self.config.raw_pwm_topic,
-                                                    COMMAND_QOS)
+                                                    RECORDING_QOS)
                               if self.config.raw_pwm_topic else None)
+        # The link runs in a process of its own, out of the executor's way; this one converts
+        # messages and forwards the samples, and publishes what comes back.
+        recorded = None if self.pwm_publisher is None else self.pwm_publisher.publish
+        self.link = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger,
+                                on_recorded=recorded)
+        self.routes = input_routes(self.config, self.link)
+        self._imu_count = 0
+        for index, route in enumerate(self.routes):
+            if route.msgtype == IMU_TYPE:
+                callback = partial(self._imu_received, index)
+            elif route.msgtype in SERIALIZED_DECODERS:
+                # Taken raw and decoded in the link process: see cdr.py.
+                callback = partial(self.link.push_serialized, index)
+            else:
+                callback = partial(self._deliver, route)
+            self.create_subscription(
+                message_class(route.msgtype), route.topic, callback, SENSOR_QOS,
+                qos_overriding_options=QoSOverridingOptions.with_default_policies(),
+                raw=route.msgtype in SERIALIZED_DECODERS)
         prefix = self.get_fully_qualified_name().lstrip('/')
         self.monitor = BridgeMonitor(
             self.config.link, prefix, {r.name: self.resolve_topic_name(r.topic)
@@ -233,31 +242,31 @@ class JsonSitlBridge(Node):
         if self._imu_count % CLOCK_SAMPLE_EVERY == 0:
             now = self.get_clock().now().nanoseconds
             if now:  # zero: on simulated time, before the first /clock
-                self.state.push_clock(now * 1e-9)
-        self.state.push_serialized(index, data)
+                self.link.push_clock(now * 1e-9)
+        self.link.push_serialized(index, data)
 
     def _deliver(self, route: InputRoute, message: Any) -> None:
-        deliver(route, message, self._now(), self.state, self.warnings)
+        deliver(route, message, self._now(), self.link, self.warnings)
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_pwm(self, pwm: List[int], frame_rate: int) -> None:
+        """Publish the commands: the link process forwards PWM that changed, or held 20 ms."""
         stamp = self._now()
         values = self.mapper.apply(pwm)
         for group in self.groups:
             for topic, message in group_messages(self.classes, group, values[group.name],
                                                  stamp):
                 self.command_publishers[topic].publish(message)
-        if self.pwm_publisher is not None:
-            self.pwm_publisher.publish(pwm_message(self.classes, pwm))
 
     def publish_diagnostics(self) -> None:
         """Publish the link's and the inputs' statuses on /diagnostics."""
         report = DiagnosticArray()
         report.header.stamp = self.get_clock().now().to_msg()
-        for status in self.monitor.statuses(self.state.stats, self.state.meters,
-                                            time.monotonic(), self.state.conventions):
+        link = self.link
+        for status in self.monitor.statuses(link.stats, link.meters, time.monotonic(),
+                                            link.conventions):
             report.status.append(DiagnosticStatus(
                 level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
                 message=status.message, hardware_id=f'sitl_instance_{self.config.link.instance}',
@@ -280,7 +289,7 @@ class JsonSitlBridge(Node):
             state=replace(self.config.state, max_odometry_lag=config.state.max_odometry_lag,
                           max_optional_age=config.state.max_optional_age,
                           max_backlog=config.state.max_backlog, horizon=config.state.horizon))
-        self.state.update_settings(self.config.link, self.config.state)
+        self.link.update_settings(self.config.link, self.config.state)
         return SetParametersResult(successful=True)
 
     def destroy_node(self) -> None:
@@ -290,9 +299,9 @@ class JsonSitlBridge(Node):
         Safe on a node whose construction failed: Kilted's rclpy.shutdown() destroys every
         node of the context, half-built ones included.
         """
-        state = getattr(self, 'state', None)
-        if state is not None:
-            state.close()
+        link = getattr(self, 'link', None)
+        if link is not None:
+            link.close()
         udp = getattr(self, '_udp', None)
         if udp is not None:
             udp.close()

@@ -1,0 +1,60 @@
+"""
+MuJoCo quad X simulators and their bridges: ros2 launch ardupilot_json_bridge mujoco.launch.py.
+
+The Gazebo quick start that runs anywhere: vehicle k (k = first_instance ...) is a mujoco_sim
+and a bridge in namespace <namespace_prefix><k>, serving SITL instance k on UDP 9002 + 10 k
+(sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 -I k). One vehicle runs on
+/clock; in a fleet each vehicle is a simulation of its own, on /<namespace>/clock.
+"""
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from ardupilot_json_bridge.ros.launch_config import (
+    bridge_node_arguments, clock_remappings, clock_topic, fleet, parse_bool, parse_rate,
+    simulator_node_arguments)
+
+
+def _vehicles(context, *args, **kwargs):
+    def argument(name):
+        return LaunchConfiguration(name).perform(context)
+
+    use_sim_time = parse_bool('use_sim_time', argument('use_sim_time'))
+    imu_rate = parse_rate('imu_rate', argument('imu_rate'))
+    odom_rate = parse_rate('odom_rate', argument('odom_rate'))
+    vehicles = fleet(argument('count'), argument('namespace_prefix'),
+                     argument('first_instance'))
+    nodes = []
+    for vehicle in vehicles:
+        clock = clock_topic(vehicle, len(vehicles))
+        bridge = bridge_node_arguments(vehicle, use_sim_time, argument('params_file'))
+        bridge['remappings'] = clock_remappings(clock)
+        nodes += [Node(**simulator_node_arguments(vehicle, clock, imu_rate, odom_rate)),
+                  Node(**bridge)]
+    return nodes
+
+
+def generate_launch_description() -> LaunchDescription:
+    preset = os.path.join(get_package_share_directory('ardupilot_json_bridge'), 'config',
+                          'mujoco_quad_x.yaml')
+    return LaunchDescription([
+        DeclareLaunchArgument('count', default_value='1', description='Number of vehicles'),
+        DeclareLaunchArgument('namespace_prefix', default_value='quad',
+                              description='Namespaces are <prefix><instance>'),
+        DeclareLaunchArgument('first_instance', default_value='0',
+                              description='SITL instance of the first vehicle'),
+        DeclareLaunchArgument('params_file', default_value=preset,
+                              description='Bridge parameters shared by all vehicles'),
+        DeclareLaunchArgument('use_sim_time', default_value='true',
+                              description="Bridges use the simulator's clock"),
+        DeclareLaunchArgument('imu_rate', default_value='1000.0',
+                              description='Physics and IMU rate of each simulator, Hz'),
+        DeclareLaunchArgument('odom_rate', default_value='250.0',
+                              description='Odometry rate of each simulator, Hz'),
+        OpaqueFunction(function=_vehicles),
+    ])

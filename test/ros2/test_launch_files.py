@@ -1,0 +1,215 @@
+"""
+Each launch file under `ros2 launch`, as users start them, served to SITL peers.
+
+bridge.launch.py and fleet.launch.py against test/sitl_peer.py and a simulator stand-in;
+`ros2 param get/set` on the launched node; gazebo.launch.py checked without Gazebo: what it
+would start resolves to files of the install, with ros_gz's documented arguments. Every
+launch ends by Ctrl-C (SIGINT to its process group), which must stop all within seconds.
+"""
+
+import os
+from typing import Dict, List
+
+import pytest
+
+from conftest import motor_command
+from ros2_tools import free_instances, launch, ros2, Running, share, stop
+from sitl_peer import SitlPeer
+
+pytestmark = pytest.mark.usefixtures('sourced_ros2')
+
+
+@pytest.fixture
+def simulator():
+    """Make simulator stand-ins (test_node_process.Simulator) for given namespaces."""
+    from test_node_process import Simulator
+    made = []
+
+    def make(easts: Dict[str, float]) -> 'Simulator':
+        made.append(Simulator(easts))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+def link_messages(simulator, namespace: str) -> List[str]:
+    return [status.message for report in simulator.diagnostics for status in report.status
+            if status.name == f'{namespace}/json_sitl_bridge: SITL link']
+
+
+def parameters_file(tmp_path) -> str:
+    """Write the MuJoCo preset with values of its own, to read back with ros2 param get."""
+    with open(share('config', 'mujoco_quad_x.yaml')) as stream:
+        text = stream.read()
+    path = tmp_path / 'params.yaml'
+    path.write_text(text + '    fresh_timeout: 0.75\n    max_backlog: 10.0\n')
+    return str(path)
+
+
+def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path):
+    (instance,) = free_instances(1)
+    sim = simulator({'uav0': 3.0})
+    peer = SitlPeer(9002 + 10 * instance)
+    launched = launch('bridge.launch.py', 'namespace:=uav0', f'instance:={instance}',
+                      f'params_file:={parameters_file(tmp_path)}')
+    try:
+        assert launched.wait_for_text('listening on UDP', 60), launched.output
+        replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+        assert len(replies) == 200, launched.output[-2000:]
+        assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
+        assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
+        assert launched.wait_for(lambda: sim.commands['uav0'], 15)
+        assert sim.commands['uav0'][-1] == pytest.approx([motor_command(1500)] * 4)
+        assert launched.wait_for(
+            lambda: any(m.startswith('connected') for m in link_messages(sim, 'uav0')), 15)
+
+        node = '/uav0/json_sitl_bridge'
+        assert 'Double value is: 0.75' in ros2('param', 'get', node, 'fresh_timeout').stdout
+        assert 'Double value is: 10.0' in ros2('param', 'get', node, 'max_backlog').stdout
+        got = ros2('param', 'get', node, 'instance').stdout
+        assert f'Integer value is: {instance}' in got, got
+        assert 'True' in ros2('param', 'get', node, 'use_sim_time').stdout
+        changed = ros2('param', 'set', node, 'max_odometry_lag', '0.3').stdout
+        assert 'Set parameter successful' in changed, changed
+        assert 'Double value is: 0.3' in ros2('param', 'get', node, 'max_odometry_lag').stdout
+        refused = ros2('param', 'set', node, 'instance', '7').stdout
+        assert 'Setting parameter failed' in refused and 'read-only' in refused, refused
+        invalid = ros2('param', 'set', node, 'fresh_timeout', '-1.0').stdout
+        assert 'Setting parameter failed' in invalid and 'fresh_timeout' in invalid, invalid
+        # The node still serves after all that.
+        assert len(peer.lock_step(50, [1500] * 16, timeout=20.0, wait=0.5)) == 50
+        print(f'ros2 param set instance 7: {refused.strip()}; fresh_timeout -1.0: '
+              f'{invalid.strip()}')
+    finally:
+        peer.close()
+        output = stop(launched)
+    assert '[bridge-1]: process has finished cleanly' in output
+
+
+def test_fleet_launch_three_namespaces_each_on_its_own_port(simulator, tmp_path):
+    instances = free_instances(3)
+    namespaces = [f'uav{n}' for n in instances]
+    easts = {ns: float(k) - 1.0 for k, ns in enumerate(namespaces)}
+    pwms = {ns: 1200 + 250 * k for k, ns in enumerate(namespaces)}
+    sim = simulator(easts)
+    peers = {ns: SitlPeer(9002 + 10 * n) for ns, n in zip(namespaces, instances)}
+    launched = launch('fleet.launch.py', 'count:=3', 'namespace_prefix:=uav',
+                      f'first_instance:={instances[0]}',
+                      f'params_file:={parameters_file(tmp_path)}')
+    try:
+        assert launched.wait_for_text('listening on UDP', 60, count=3), launched.output
+        for ns, peer in peers.items():
+            replies = peer.lock_step(100, [pwms[ns]] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            assert len(replies) == 100, (ns, launched.output[-2000:])
+            assert {reply['position'][1] for reply in replies} == {easts[ns]}, ns
+        for ns in namespaces:
+            assert launched.wait_for(lambda: sim.commands[ns], 15), ns
+            expected = [motor_command(pwms[ns])] * 4
+            assert all(c == pytest.approx(expected) for c in sim.commands[ns]), ns
+        nodes = ros2('node', 'list').stdout.split()
+        assert {f'/{ns}/json_sitl_bridge' for ns in namespaces} <= set(nodes), nodes
+    finally:
+        for peer in peers.values():
+            peer.close()
+        output = stop(launched)
+    assert output.count('process has finished cleanly') == 3, output
+
+
+# ros_gz_sim's gz_sim.launch.py as ros_gz (Jazzy) declares its arguments, standing in for the
+# package where Gazebo cannot be installed.
+GZ_SIM_ARGUMENTS = ('gz_args', 'gz_version', 'ign_args', 'ign_version')
+GZ_SIM_STAND_IN = """
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+
+
+def generate_launch_description():
+    return LaunchDescription([DeclareLaunchArgument(name) for name in {names!r}])
+"""
+
+
+def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, monkeypatch):
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+    from launch.launch_description_sources import get_launch_description_from_python_launch_file
+    from launch_ros.actions import Node
+
+    result = ros2('launch', 'ardupilot_json_bridge', 'gazebo.launch.py', '--show-args')
+    assert result.returncode == 0 and 'Traceback' not in result.stdout, result.stdout
+    for name in ('world', 'bridge_config', 'params_file', 'instance'):
+        assert f"'{name}'" in result.stdout
+
+    description = get_launch_description_from_python_launch_file(
+        share('launch', 'gazebo.launch.py'))
+    entities = description.entities
+    defaults = {e.name: ''.join(s.perform(None) for s in e.default_value)
+                for e in entities if isinstance(e, DeclareLaunchArgument)}
+    # Every file it would start from is in the install.
+    assert defaults['world'] == share('config', 'worlds', 'quad_x.sdf')
+    assert defaults['bridge_config'] == share('config', 'gz_bridge_quad.yaml')
+    assert defaults['params_file'] == share('config', 'quad_x.yaml')
+    assert all(os.path.isfile(defaults[name])
+               for name in ('world', 'bridge_config', 'params_file'))
+
+    ros_gz = tmp_path / 'ros_gz'
+    index = ros_gz / 'share' / 'ament_index' / 'resource_index' / 'packages'
+    index.mkdir(parents=True)
+    (index / 'ros_gz_sim').write_text('')
+    (ros_gz / 'share' / 'ros_gz_sim' / 'launch').mkdir(parents=True)
+    stand_in = ros_gz / 'share' / 'ros_gz_sim' / 'launch' / 'gz_sim.launch.py'
+    stand_in.write_text(GZ_SIM_STAND_IN.format(names=GZ_SIM_ARGUMENTS))
+    monkeypatch.setenv('AMENT_PREFIX_PATH', f"{ros_gz}:{os.environ['AMENT_PREFIX_PATH']}")
+    context = LaunchContext()
+    gz, bridge = [e for e in entities if isinstance(e, IncludeLaunchDescription)]
+    for include in (gz, bridge):
+        include.launch_description_source.get_launch_description(context)
+    # ros_gz_sim's launch file, found in the ament index when launched, with its arguments.
+    assert gz.launch_description_source.location == str(stand_in)
+    assert {name for name, _ in gz.launch_arguments} <= set(GZ_SIM_ARGUMENTS)
+    assert bridge.launch_description_source.location == share('launch', 'bridge.launch.py')
+    assert {name for name, _ in bridge.launch_arguments} == {
+        'namespace', 'instance', 'params_file', 'use_sim_time'}
+    # ros_gz_bridge's parameter_bridge, configured by its documented config_file parameter.
+    (topics,) = [e for e in entities if isinstance(e, Node)]
+    assert topics.node_package == 'ros_gz_bridge'
+    assert topics.node_executable == 'parameter_bridge'
+    (parameters,) = topics._Node__parameters   # launch_ros keeps them unevaluated till launch
+    names = {''.join(part.perform(None) for part in name) for name in parameters}
+    assert names == {'config_file', 'use_sim_time'}
+
+
+def readme_line(start: str) -> str:
+    """Return the README's command line beginning with start, continuation lines joined."""
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', 'README.md')) as stream:
+        text = stream.read().replace('\\\n', ' ')
+    (line,) = [line for line in text.splitlines() if line.startswith(start)]
+    return ' '.join(line.split('#')[0].split())
+
+
+@pytest.mark.parametrize('start', ['ros2 launch ardupilot_json_bridge bridge.launch.py '
+                                   'namespace:=uav0 instance:=0',
+                                   'ros2 run ardupilot_json_bridge bridge'])
+def test_the_readmes_other_engine_commands_serve_sitl(start, simulator, tmp_path):
+    """Run the README's lines as written (in bash), on a free instance and a parameters file."""
+    (instance,) = free_instances(1)
+    simulator({'uav0': 2.0})
+    line = readme_line(start).replace('instance:=0', f'instance:={instance}')
+    line = line.replace('my.yaml', parameters_file(tmp_path))
+    if 'ros2 run' in line:
+        line += f' -p instance:={instance} -p use_sim_time:=true'
+    peer = SitlPeer(9002 + 10 * instance)
+    started = Running(['bash', '-c', f'exec {line}'])
+    try:
+        assert started.wait_for_text('listening on UDP', 60), started.output
+        replies = peer.lock_step(100, [1500] * 16, timeout=30.0, wait=0.5)
+        assert len(replies) == 100, started.output[-2000:]
+        assert replies[-1]['position'] == pytest.approx((0.0, 2.0, 0.0))
+        if 'rover.yaml' in line:
+            assert 'steering' in ros2('param', 'get', '/uav0/json_sitl_bridge',
+                                      'output_groups').stdout
+    finally:
+        peer.close()
+        _, ended = started.interrupt()
+    assert ended and 'Traceback' not in started.output, started.output[-2000:]
