@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument('--record', metavar='BAG',
                         help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
                              'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
+    engine.add_argument('--vehicles', type=int, default=1,
+                        help='N copies of the model in one world, vehicle k served on SITL '
+                             'instance --instance + k (default 1)')
+    engine.add_argument('--namespace-prefix', default='vehicle',
+                        help="a fleet's vehicle k records under <prefix>k (default vehicle, "
+                             "as mujoco-sim's vehicles:=N and the fleet launch)")
     _add_link_arguments(engine)
     fdm = commands.add_parser(
         'fdmdata', help='serve SITL from an FDMData (Huginn) flight simulator',
@@ -269,9 +275,10 @@ def default_preset(name: str = 'quad_x.yaml') -> Optional[str]:
 def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
+    from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
     from ardupilot_json_bridge.sources.mujoco_vehicle import (
-        DEFAULT_VEHICLE, engine_wind, MujocoVehicle, shipped_model)
+        DEFAULT_VEHICLE, engine_wind, load_world, MujocoVehicle, shipped_model)
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
@@ -287,27 +294,75 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
         raise ConfigError(f'--group: {preset} has no output group {args.group!r} (it has '
                           f'{", ".join(groups) or "none"})')
     driving = [groups[args.group]] if args.group else list(config.outputs)
-    vehicle = MujocoVehicle(path)
-    if args.wind or args.gust:
-        vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
-    state = SensorState(replace(config.state, pacing=SAMPLES))
-    # The vehicle's readings are REP-103 as they are: the checks' defaults.
-    conventions = live_checks(ConventionChecker(window=LIVE_WINDOW))
+    count = args.vehicles
+    if count < 1:
+        raise ConfigError(f'--vehicles: {count} is not a number of vehicles (1 or more)')
+    if count > 1 and args.port:
+        raise ConfigError('--port serves one SITL: a fleet takes its ports from --instance '
+                          '(vehicle k on SITL instance first + k)')
+    world = load_world(path, count)
+    vehicles = [MujocoVehicle(path, world, index) for index in range(count)]
+    for vehicle in vehicles:
+        vehicle.reset()
+        if args.wind or args.gust:
+            vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
+    fleet = FleetWorld(vehicles, config.link.peer_timeout, config.link.instance) \
+        if count > 1 else None
+    namespaces = [f'{args.namespace_prefix}{index}' if count > 1 else ''
+                  for index in range(count)]
     # One group's commands are recorded on its topic; several groups' all together, in order.
     command_topic = driving[0].topic if len(driving) == 1 else 'commands'
-    recorder = (FlightRecorder(args.record, resolve_topic('', command_topic))
-                if args.record else None)
-    source = MujocoLockStep(vehicle, state, driving, viewer=args.viewer,
-                            checker=conventions.checker, recorder=recorder)
+    recorder = (FlightRecorder(args.record, resolve_topic('', command_topic),
+                               namespaces=namespaces) if args.record else None)
+    root = logging.getLogger('ardupilot_json_bridge')
+    links, sources, checks = [], [], []
     try:
-        link = SitlLink(config.link, state, on_frame=source.on_frame,
-                        on_restart=source.on_restart)
-        logging.getLogger('ardupilot_json_bridge').info(
-            f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in lock-step '
-            f'with SITL instance {config.link.instance}')
-        return serve(link, NoSource(), stop, conventions)
+        for index, vehicle in enumerate(vehicles):
+            settings = replace(config.link, instance=config.link.instance + index)
+            state = SensorState(replace(config.state, pacing=SAMPLES))
+            # The vehicle's readings are REP-103 as they are: the checks' defaults.
+            logger = root.getChild(namespaces[index]) if count > 1 else root
+            conventions = LiveConventions(ConventionChecker(window=LIVE_WINDOW), logger)
+            source = MujocoLockStep(vehicle, state, driving, viewer=args.viewer and not index,
+                                    checker=conventions.checker, recorder=recorder,
+                                    world=fleet)
+            sources.append(source)
+            links.append(SitlLink(settings, state, on_frame=source.on_frame,
+                                  on_restart=source.on_restart,
+                                  after_reply=source.after_reply))
+            checks.append(conventions)
+            root.info(f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in '
+                      f'lock-step with SITL instance {settings.instance}'
+                      + (f' (vehicle {index}, namespace {namespaces[index]})'
+                         if count > 1 else ''))
+        return serve_all(links, stop, checks, fleet)
     finally:
-        source.close()
+        for link in links:
+            link.stop()
+        for source in sources:
+            source.close()
+        if recorder is not None and fleet is not None:
+            recorder.close()
+
+
+def serve_all(links: List[SitlLink], stop: threading.Event,
+              checks: List[LiveConventions], fleet=None) -> int:
+    """Serve lock-step links (their sources run in the links' threads) until stop is set."""
+    if len(links) == 1:
+        return serve(links[0], NoSource(), stop, checks[0])
+    for link, conventions in zip(links, checks):
+        link.start()
+        conventions.start()
+    stop.wait()
+    fleet.close()
+    for link, conventions in zip(links, checks):
+        link.stop()
+        print(f'SITL instance {link.settings.instance}:')
+        print(format_report(link.stats, list(link.state.meters.values()), time.monotonic()))
+        conventions.stop()
+        print(f'conventions, over the last {conventions.checker.window:g} s:\n'
+              + format_table(conventions.judge()))
+    return 0
 
 
 class NoSource:

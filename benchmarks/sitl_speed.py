@@ -38,13 +38,16 @@ def sitl_folder() -> str:
     return folder
 
 
-def start_sitl(folder: str, model: str, scratch: str, quad_x: Optional[str]) -> subprocess.Popen:
-    """Start ArduCopter at SPEEDUP against model, in scratch, MAVLink on tcp 5760."""
+def start_sitl(folder: str, model: str, scratch: str, quad_x: Optional[str],
+               instance: int = 0) -> subprocess.Popen:
+    """Start ArduCopter at SPEEDUP against model, in scratch, MAVLink on tcp 5760 + 10 I."""
     defaults = os.path.join(folder, 'copter.parm') + (',' + quad_x if quad_x else '')
+    work = os.path.join(scratch, str(instance))
+    os.makedirs(work, exist_ok=True)
     return subprocess.Popen(
         [os.path.join(folder, 'arducopter'), '--model', model, '--speedup', str(SPEEDUP),
-         '-I0', '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
-        cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         f'-I{instance}', '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
+        cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def do_nothing_backend() -> subprocess.Popen:
@@ -71,9 +74,9 @@ while True:
     return subprocess.Popen([sys.executable, '-c', code])
 
 
-def mujoco_backend() -> subprocess.Popen:
+def mujoco_backend(vehicles: int = 1) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
-                             '--log-level', 'warning'],
+                             '--log-level', 'warning', '--vehicles', str(vehicles)],
                             stdout=subprocess.DEVNULL)
 
 
@@ -116,16 +119,20 @@ def sim_rate(seconds: float) -> float:
 
 
 def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str]) -> float:
+    """SITL instance 0's clock rate with backend kind (mujoco xN: a fleet of N, N SITLs)."""
     scratch = tempfile.mkdtemp(prefix='sitl-speed-')
-    backend = {'do-nothing': do_nothing_backend, 'mujoco': mujoco_backend}.get(kind)
-    child = backend() if backend else None
+    vehicles = int(kind.split('x')[-1]) if kind.startswith('mujoco x') else 1
+    if kind.startswith('mujoco'):
+        child = mujoco_backend(vehicles)
+    else:
+        child = do_nothing_backend() if kind == 'do-nothing' else None
     model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
     time.sleep(1.0 if child else 0.0)
-    sitl = start_sitl(folder, model, scratch, quad_x)
+    sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
     try:
         return sim_rate(seconds)
     finally:
-        for process in (sitl, child):
+        for process in sitls + [child]:
             if process is not None:
                 process.terminate()
                 try:
@@ -139,24 +146,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--seconds', type=float, default=12.0)
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--fleet', help='fleet sizes to fly instead (e.g. 1,2,4): mujoco '
+                                        '--vehicles N with N SITLs, against the do-nothing '
+                                        'backend')
     args = parser.parse_args()
     folder = sitl_folder()
     here = os.path.dirname(os.path.abspath(__file__))
     quad_x = os.path.join(here, '..', 'config', 'quad_x.parm')
     quad_x = quad_x if os.path.isfile(quad_x) else None
     kinds = ['do-nothing', 'mujoco', 'quad']
+    if args.fleet:
+        kinds = ['do-nothing'] + [f'mujoco x{n}' for n in args.fleet.split(',')]
     rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
     for round_index in range(args.rounds):
         for kind in kinds:
             rates[kind].append(measure(kind, folder, args.seconds, quad_x))
             print(f'round {round_index + 1}: {kind:10s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
-    ratios = [m / d for m, d in zip(rates['mujoco'], rates['do-nothing']) if d > 0]
+    ratios = [m / d for m, d in zip(rates.get('mujoco', []), rates['do-nothing']) if d > 0]
     print(f'\nArduCopter --speedup {SPEEDUP}, SITL seconds per wall second '
           f'(median of {args.rounds} rounds of {args.seconds:g} s):')
     for kind in kinds:
         print(f'  {kind:10s} {statistics.median(rates[kind]):6.2f} x real time '
               f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
+    for kind in kinds[1:]:
+        if kind.startswith('mujoco x'):
+            fleet = [m / d for m, d in zip(rates[kind], rates['do-nothing']) if d > 0]
+            print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
+                  f'{", ".join(f"{r:.2f}" for r in fleet)})')
     if ratios:
         print(f'mujoco / do-nothing: {statistics.median(ratios):.2f} '
               f'(rounds {", ".join(f"{r:.2f}" for r in ratios)}); issue 21 target >= 0.8')

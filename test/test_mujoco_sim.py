@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import List
+from typing import Any, Callable, List
 
 import pytest
 
@@ -74,31 +74,43 @@ def simulator(namespace: str) -> subprocess.Popen:
          f'__ns:={namespace}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
+def listen(process: subprocess.Popen, subscribe: Callable[[Any], None],
+           done: Callable[[], bool], each: Callable[[], None] = lambda: None) -> str:
+    """Spin a node made by subscribe until done() (or 60 s), calling each(); the sim's output."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from nav_msgs.msg import Odometry
-    from sensor_msgs.msg import Imu
-    imu, odometry = [], []
-    with reaped(simulator('/listened')) as process:
+    with reaped(process):
         context = rclpy.Context()
         rclpy.init(context=context)
         try:
             node = rclpy.create_node('listener', context=context)
-            node.create_subscription(Imu, '/listened/imu', imu.append, 100)
-            node.create_subscription(Odometry, '/listened/odom', odometry.append, 100)
+            subscribe(node)
             executor = SingleThreadedExecutor(context=context)
             executor.add_node(node)
             deadline = time.monotonic() + 60.0
-            while ((len(imu) < 1000 or len(odometry) < 250) and time.monotonic() < deadline
-                   and process.poll() is None):
-                executor.spin_once(timeout_sec=0.1)
+            while not done() and time.monotonic() < deadline and process.poll() is None:
+                each()
+                executor.spin_once(timeout_sec=0.05)
             executor.shutdown()
             node.destroy_node()
         finally:
             rclpy.shutdown(context=context)
         process.terminate()
         output, _ = process.communicate(timeout=15)
+    return output
+
+
+def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import Imu
+    imu, odometry = [], []
+
+    def subscribe(node) -> None:
+        node.create_subscription(Imu, '/listened/imu', imu.append, 100)
+        node.create_subscription(Odometry, '/listened/odom', odometry.append, 100)
+
+    output = listen(simulator('/listened'), subscribe,
+                    lambda: len(imu) >= 1000 and len(odometry) >= 250)
     assert len(imu) >= 1000 and len(odometry) >= 250, \
         f'received {len(imu)} imu and {len(odometry)} odom messages; simulator:\n{output}'
     # Physics steps of 1 ms, odometry every fourth (a slow subscriber may miss some).
@@ -125,3 +137,33 @@ def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
         assert (twist.linear.x, twist.linear.y, twist.linear.z) == pytest.approx(
             (0.0, 0.0, 0.0), abs=1e-2)
     assert {(m.header.frame_id, m.child_frame_id) for m in odometry} == {('odom', 'base_link')}
+
+
+def test_a_fleet_of_two_publishes_each_vehicle_in_its_namespace_and_takes_its_commands():
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import Float64MultiArray
+    odometry = {0: [], 1: []}
+    publishers = []
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args',
+               '-r', '__ns:=/fleet', '-p', 'vehicles:=2']
+
+    def subscribe(node) -> None:
+        for index in (0, 1):
+            node.create_subscription(Odometry, f'/fleet/vehicle{index}/odom',
+                                     odometry[index].append, 100)
+        publishers.append(node.create_publisher(
+            Float64MultiArray, '/fleet/vehicle1/command/motor_speed', 10))
+
+    # Vehicle 1's rotors at 500 rad/s (above hover's 419): it climbs, vehicle 0 rests.
+    output = listen(
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subscribe, lambda: (len(odometry[0]) >= 250 and odometry[1]
+                            and odometry[1][-1].pose.pose.position.z > 0.5),
+        lambda: publishers[0].publish(Float64MultiArray(data=[500.0] * 4)))
+    assert odometry[0] and odometry[1], f'no odometry; simulator:\n{output}'
+    assert '2 vehicles in one world' in output, output
+    # Spaced 2 m apart north (ENU y); vehicle 0 at rest on its legs, vehicle 1 climbing.
+    rest, flying = odometry[0][-1].pose.pose.position, odometry[1][-1].pose.pose.position
+    assert (rest.x, rest.y, rest.z) == pytest.approx((0.0, 0.0, 0.07), abs=2e-3)
+    assert (flying.x, flying.y) == pytest.approx((0.0, 2.0), abs=0.05)
+    assert flying.z > 0.5

@@ -66,19 +66,29 @@ class ActuatorMapper:
 
     def __init__(self, groups: Sequence[OutputGroup]) -> None:
         self.groups = tuple(groups)
-        self._values: Dict[str, List[float]] = {
-            g.name: [g.initial] * len(g.channels) for g in self.groups}
+        # Every group's outputs in order, as one plan and one list of held values.
+        self._plan = tuple((channel, scaling) for g in self.groups
+                           for channel, scaling in zip(g.channels, g.scalings))
+        self._values = [g.initial for g in self.groups for _ in g.channels]
+
+    def commands(self, pwm: Sequence[int]) -> List[float]:
+        """Every group's commands for one frame's PWM (index 0 is SERVO1), in group order."""
+        available = len(pwm)
+        values = self._values
+        for index, (channel, scaling) in enumerate(self._plan):
+            if channel <= available:
+                value = pwm[channel - 1]
+                if value:
+                    values[index] = scaling.command(value)
+        return list(values)
 
     def apply(self, pwm: Sequence[int]) -> Dict[str, Tuple[float, ...]]:
-        """Commands of every group for one frame's PWM (index 0 is SERVO1)."""
-        available = len(pwm)
+        """Commands of every group for one frame's PWM, by group name."""
+        values = self.commands(pwm)
         result = {}
+        start = 0
         for group in self.groups:
-            values = self._values[group.name]
-            for index, (channel, scaling) in enumerate(zip(group.channels, group.scalings)):
-                if channel <= available:
-                    value = pwm[channel - 1]
-                    if value:
-                        values[index] = scaling.command(value)
-            result[group.name] = tuple(values)
+            end = start + len(group.channels)
+            result[group.name] = tuple(values[start:end])
+            start = end
         return result

@@ -82,12 +82,19 @@ class SitlLink:
                  logger: Optional[logging.Logger] = None,
                  clock: Callable[[], float] = time.monotonic,
                  on_restart: Optional[RestartCallback] = None,
-                 sock: Optional[socket.socket] = None) -> None:
-        """Bind the settings' port, or serve on sock, bound already by the caller."""
+                 sock: Optional[socket.socket] = None,
+                 after_reply: Optional[RestartCallback] = None) -> None:
+        """
+        Bind the settings' port, or serve on sock, bound already by the caller.
+
+        after_reply runs after each new frame's reply is sent: a lock-step source's
+        bookkeeping (checks, recording) while SITL computes its next frame.
+        """
         self.settings = settings
         self.state = state
         self.on_frame = on_frame
         self.on_restart = on_restart
+        self.after_reply = after_reply
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
         self.warnings = RateLimitedLog(self.logger)
         self.stats = LinkStats()
@@ -195,10 +202,18 @@ class SitlLink:
             self.warnings.warning('lost', f'{self._prefix}{verdict.lost} SITL frame(s) never '
                                           f'reached the bridge before frame '
                                           f'{packet.frame_count}')
-        if verdict.kind is not FrameKind.RETRY:
-            stats.new_frames += 1
-            self._publish(packet)
+        if verdict.kind is FrameKind.RETRY:
+            self._reply(packet, received)
+            return
+        stats.new_frames += 1
+        self._publish(packet)
         self._reply(packet, received)
+        if self.after_reply is not None:
+            try:
+                self.after_reply()
+            except Exception as error:
+                self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
+                                                   f'reply failed: {error!r}')
 
     def _new_session(self) -> None:
         self.session.reset()

@@ -10,8 +10,9 @@ MulticopterMotorModel does), the rover's steering and wheel joints on its contro
 topics. A vehicle with aerodynamics (the plane) also
 publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3Stamped, ENU,
 m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
-relative, so namespaces apply. Physics runs in a thread paced to the wall
-clock by sleeping.
+relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping.
+With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
+<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
 """
 
 from dataclasses import replace
@@ -36,7 +37,8 @@ from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
-    DEFAULT_VEHICLE, MODELS_DIR, MujocoVehicle, VehicleError, VEHICLES)
+    advance_together, DEFAULT_VEHICLE, load_world, MODELS_DIR, MujocoVehicle, VehicleError,
+    VEHICLES)
 from ardupilot_json_bridge.sources.wind import Wind
 
 # Commands are taken with node.COMMAND_QOS, the QoS the bridge publishes them with.
@@ -64,45 +66,65 @@ class MujocoSim(Node):
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
+        count = int(self.declare_parameter('vehicles', 1).value)
+        prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
+        if count < 1:
+            raise ValueError(f'vehicles: {count} is not a number of vehicles (1 or more)')
         wind = list(self.declare_parameter('wind', [0.0, 0.0, 0.0]).value)
         gust = float(self.declare_parameter('gust', 0.0).value)
         shipped = VEHICLES[name]
-        self.vehicle = MujocoVehicle(model or os.path.join(MODELS_DIR, shipped.model))
-        self._air = None
+        path = model or os.path.join(MODELS_DIR, shipped.model)
+        world = load_world(path, count)
+        self.vehicles = [MujocoVehicle(path, world, index) for index in range(count)]
+        for vehicle in self.vehicles:
+            vehicle.reset()
+        self.vehicle = self.vehicles[0]
+        self.namespaces = [f'{prefix}{index}/' if count > 1 else '' for index in range(count)]
+        self._air = [None] * count
         if self.vehicle.aero is not None:
-            try:
-                self.vehicle.wind = Wind(wind, gust)
-            except ValueError as error:
-                raise ValueError(str(error)) from None
-            self._air = (self.create_publisher(Float64, 'airspeed', SENSOR_QOS),
-                         self.create_publisher(Vector3Stamped, 'wind', SENSOR_QOS),
-                         Float64(), Vector3Stamped())
-            self._air[3].header.frame_id = self.frame_id
+            for vehicle, ns in zip(self.vehicles, self.namespaces):
+                try:
+                    vehicle.wind = Wind(wind, gust)
+                except ValueError as error:
+                    raise ValueError(str(error)) from None
+                air = (self.create_publisher(Float64, f'{ns}airspeed', SENSOR_QOS),
+                       self.create_publisher(Vector3Stamped, f'{ns}wind', SENSOR_QOS),
+                       Float64(), Vector3Stamped())
+                air[3].header.frame_id = self.frame_id
+                self._air[vehicle.index] = air
         elif any(wind) or gust:
             raise ValueError(f'wind: {self.vehicle.path} has no aerodynamics to feel a wind')
         groups = command_groups(preset or shipped_preset(shipped.preset), command_type)
         self.odom_every = max(1, round(self.rate / odom_rate))
-        self.imu_publisher = self.create_publisher(Imu, 'imu', SENSOR_QOS)
-        self.odom_publisher = self.create_publisher(Odometry, 'odom', SENSOR_QOS)
+        self.imu_publishers = [self.create_publisher(Imu, f'{ns}imu', SENSOR_QOS)
+                               for ns in self.namespaces]
+        self.odom_publishers = [self.create_publisher(Odometry, f'{ns}odom', SENSOR_QOS)
+                                for ns in self.namespaces]
         self.clock_publisher = self.create_publisher(Clock, '/clock', CLOCK_QOS)
         self._lock = threading.Lock()
-        self._pending = np.zeros(self.vehicle.actuator_count)
-        self._changed = False
-        topics = self._subscribe(groups)
+        self._pending = [np.zeros(vehicle.actuator_count) for vehicle in self.vehicles]
+        self._changed = [False] * count
+        topics = '; '.join(self._subscribe(groups, index) for index in range(count))
         self._stop = threading.Event()
-        self._imu, self._odom, self._clock = Imu(), Odometry(), Clock()
-        self._imu.header.frame_id = self.child_frame_id
-        self._odom.header.frame_id = self.frame_id
-        self._odom.child_frame_id = self.child_frame_id
+        self._imus, self._odoms, self._clock = [], [], Clock()
+        for _ in range(count):
+            imu, odom = Imu(), Odometry()
+            imu.header.frame_id = self.child_frame_id
+            odom.header.frame_id = self.frame_id
+            odom.child_frame_id = self.child_frame_id
+            self._imus.append(imu)
+            self._odoms.append(odom)
         self._thread = threading.Thread(target=self._run, daemon=True, name='mujoco-physics')
         self._thread.start()
-        self.get_logger().info(f'MuJoCo {self.vehicle.path}: physics and IMU at '
+        fleet = f'{count} vehicles in one world, ' if count > 1 else ''
+        self.get_logger().info(f'MuJoCo {self.vehicle.path}: {fleet}physics and IMU at '
                                f'{self.rate:g} Hz, odometry at {self.rate / self.odom_every:g} '
                                f'Hz, commands on {topics}')
 
-    def _subscribe(self, groups: Sequence[OutputGroup]) -> str:
-        """Subscribe to every group's topics; return them described for the log."""
-        names = self.vehicle.actuator_names()
+    def _subscribe(self, groups: Sequence[OutputGroup], vehicle: int) -> str:
+        """Subscribe to every group's topics for a vehicle; return them described for the log."""
+        names = self.vehicles[vehicle].actuator_names()
+        ns = self.namespaces[vehicle]
         start, described = 0, []
         for group in groups:
             count = len(group.channels)
@@ -113,20 +135,24 @@ class MujocoSim(Node):
             if group.kind == OutputKind.FLOAT64:
                 for index, topic in enumerate(group.topics):
                     self.create_subscription(
-                        Float64, topic,
-                        lambda m, at=start + index: self._command(at, 1, [m.data]), COMMAND_QOS)
+                        Float64, ns + topic,
+                        lambda m, at=start + index: self._command(vehicle, at, 1, [m.data]),
+                        COMMAND_QOS)
             elif group.kind == OutputKind.ACTUATORS:
                 from actuator_msgs.msg import Actuators
                 field = group.field.value
                 self.create_subscription(
-                    Actuators, group.topic,
-                    lambda m, at=start, n=count, f=field: self._command(at, n, getattr(m, f)),
+                    Actuators, ns + group.topic,
+                    lambda m, at=start, n=count, f=field: self._command(vehicle, at, n,
+                                                                        getattr(m, f)),
                     COMMAND_QOS)
             else:
                 self.create_subscription(
-                    Float64MultiArray, group.topic,
-                    lambda m, at=start, n=count: self._command(at, n, m.data), COMMAND_QOS)
-            topic = ', '.join(group.topics) if group.kind == OutputKind.FLOAT64 else group.topic
+                    Float64MultiArray, ns + group.topic,
+                    lambda m, at=start, n=count: self._command(vehicle, at, n, m.data),
+                    COMMAND_QOS)
+            topic = ', '.join(ns + t for t in group.topics) \
+                if group.kind == OutputKind.FLOAT64 else ns + group.topic
             described.append(f'{topic} ({group.kind.value}: {joints})')
             start += count
         if start != len(names):
@@ -134,7 +160,7 @@ class MujocoSim(Node):
                              f'has {len(names)} actuators ({", ".join(names)})')
         return '; '.join(described)
 
-    def _command(self, start: int, count: int, values: Sequence[float]) -> None:
+    def _command(self, vehicle: int, start: int, count: int, values: Sequence[float]) -> None:
         values = np.asarray(values, dtype=float)[:count]
         if len(values) < count or not np.all(np.isfinite(values)):
             self.get_logger().warning(
@@ -142,8 +168,8 @@ class MujocoSim(Node):
                 f'finite values, got {values.tolist()}', throttle_duration_sec=5.0)
             return
         with self._lock:
-            self._pending[start:start + count] = values
-            self._changed = True
+            self._pending[vehicle][start:start + count] = values
+            self._changed[vehicle] = True
 
     def _run(self) -> None:
         step = 1.0 / self.rate
@@ -151,11 +177,13 @@ class MujocoSim(Node):
         start = time.monotonic() - vehicle.time
         count = 0
         while not self._stop.is_set():
-            if self._changed:
+            if any(self._changed):
                 with self._lock:
-                    vehicle.set_commands(self._pending)
-                    self._changed = False
-            vehicle.advance(step)
+                    for index, changed in enumerate(self._changed):
+                        if changed:
+                            self.vehicles[index].set_commands(self._pending[index])
+                            self._changed[index] = False
+            advance_together(self.vehicles, step)
             count += 1
             try:
                 self._publish(count % self.odom_every == 0)
@@ -171,10 +199,15 @@ class MujocoSim(Node):
                 start -= ahead
 
     def _publish(self, with_odometry: bool) -> None:
-        state = self.vehicle.state()
-        imu, clock = self._imu, self._clock
-        clock.clock.sec, clock.clock.nanosec = time_parts(state.time)
+        clock = self._clock
+        clock.clock.sec, clock.clock.nanosec = time_parts(self.vehicle.time)
         self.clock_publisher.publish(clock)
+        for index in range(len(self.vehicles)):
+            self._publish_vehicle(index, with_odometry)
+
+    def _publish_vehicle(self, index: int, with_odometry: bool) -> None:
+        state = self.vehicles[index].state()
+        imu, clock = self._imus[index], self._clock
         imu.header.stamp = clock.clock
         x, y, z, w = state.orientation
         orientation = imu.orientation
@@ -182,9 +215,9 @@ class MujocoSim(Node):
         rates, force = imu.angular_velocity, imu.linear_acceleration
         rates.x, rates.y, rates.z = state.body_rates
         force.x, force.y, force.z = state.specific_force
-        self.imu_publisher.publish(imu)
+        self.imu_publishers[index].publish(imu)
         if with_odometry:
-            odom = self._odom
+            odom = self._odoms[index]
             odom.header.stamp = clock.clock
             pose = odom.pose.pose
             pose.position.x, pose.position.y, pose.position.z = state.position
@@ -193,9 +226,10 @@ class MujocoSim(Node):
             twist = odom.twist.twist
             twist.linear.x, twist.linear.y, twist.linear.z = state.body_velocity
             twist.angular.x, twist.angular.y, twist.angular.z = state.body_rates
-            self.odom_publisher.publish(odom)
-            if self._air is not None:
-                airspeed_publisher, wind_publisher, airspeed, wind = self._air
+            self.odom_publishers[index].publish(odom)
+            air = self._air[index]
+            if air is not None:
+                airspeed_publisher, wind_publisher, airspeed, wind = air
                 airspeed.data = float(state.airspeed)
                 airspeed_publisher.publish(airspeed)
                 wind.header.stamp = clock.clock

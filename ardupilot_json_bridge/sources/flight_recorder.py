@@ -29,14 +29,16 @@ BATCH_FRAMES = 120
 IMU_TOPIC = '/imu'
 ODOMETRY_TOPIC = '/odom'
 PWM_TOPIC = '/servo_pwm'
-Frame = Tuple[VehicleState, Sequence[int], Sequence[float]]
+Frame = Tuple[VehicleState, Sequence[int], Sequence[float], int]
 
 
 class FlightRecorder:
     """Writes every recorded frame to a new bag; close() finishes it."""
 
     def __init__(self, path: str, command_topic: str = '/command/motor_speed',
-                 storage: str = 'mcap', logger: Optional[logging.Logger] = None) -> None:
+                 storage: str = 'mcap', logger: Optional[logging.Logger] = None,
+                 namespaces: Sequence[str] = ('',)) -> None:
+        """Record to a new bag at path; a fleet's vehicle k under namespaces[k] (/clock once)."""
         if os.path.exists(path):
             raise BagError(f'--record: {path} exists; name a new directory for the bag')
         self.path = path
@@ -48,6 +50,10 @@ class FlightRecorder:
         self.first_time: Optional[float] = None
         self.last_time: Optional[float] = None
         self.failed: Optional[str] = None
+        self._prefixes = tuple(f'/{ns.strip("/")}' if ns.strip('/') else '' for ns in namespaces)
+        self._counts = [0] * len(self._prefixes)
+        # A fleet's link threads add frames side by side.
+        self._lock = threading.Lock()
         self._store = typestore('jazzy')
         self._batch: List[Frame] = []
         self._queue: 'queue.SimpleQueue[Optional[List[Frame]]]' = queue.SimpleQueue()
@@ -55,22 +61,25 @@ class FlightRecorder:
                                         name='flight_recorder')
         self._thread.start()
 
-    def add(self, state: VehicleState, pwm: Sequence[int], commands: Sequence[float]) -> None:
+    def add(self, state: VehicleState, pwm: Sequence[int], commands: Sequence[float],
+            vehicle: int = 0) -> None:
         """Queue one frame: the vehicle after the step, and the PWM and commands that moved it."""
         if self.failed is not None:
             return
-        if self.first_time is None:
-            self.first_time = state.time
-        self.last_time = state.time
-        self._batch.append((state, tuple(pwm), tuple(commands)))
-        if len(self._batch) >= BATCH_FRAMES:
-            self._queue.put(self._batch)
-            self._batch = []
+        with self._lock:
+            if self.first_time is None:
+                self.first_time = state.time
+            self.last_time = state.time
+            self._batch.append((state, tuple(pwm), tuple(commands), vehicle))
+            if len(self._batch) >= BATCH_FRAMES * len(self._prefixes):
+                self._queue.put(self._batch)
+                self._batch = []
 
     def close(self) -> None:
         """Write what is gathered, close the bag and say where it is."""
-        self._queue.put(self._batch)
-        self._batch = []
+        with self._lock:
+            self._queue.put(self._batch)
+            self._batch = []
         self._queue.put(None)
         self._thread.join()
         if self.failed is None and self.frames:
@@ -95,17 +104,21 @@ class FlightRecorder:
             for frame in batch:
                 yield from self._frame_messages(*frame)
 
-    def _frame_messages(self, state: VehicleState, pwm: Sequence[int],
-                        commands: Sequence[float]) -> Iterator[Tuple[str, str, int, bytes]]:
+    def _frame_messages(self, state: VehicleState, pwm: Sequence[int], commands: Sequence[float],
+                        vehicle: int) -> Iterator[Tuple[str, str, int, bytes]]:
         t = state.time
         log_time = round(t * 1e9)
-        yield CLOCK_TOPIC, CLOCK_TYPE, log_time, encode_clock(t)
-        yield IMU_TOPIC, IMU_TYPE, log_time, encode_imu(
+        prefix = self._prefixes[vehicle]
+        if vehicle == 0:
+            yield CLOCK_TOPIC, CLOCK_TYPE, log_time, encode_clock(t)
+        yield prefix + IMU_TOPIC, IMU_TYPE, log_time, encode_imu(
             t, self.child_frame_id, state.orientation, state.body_rates, state.specific_force)
-        if self.frames % ODOMETRY_EVERY == 0:
-            yield ODOMETRY_TOPIC, ODOMETRY_TYPE, log_time, encode_odometry(
+        if self._counts[vehicle] % ODOMETRY_EVERY == 0:
+            yield prefix + ODOMETRY_TOPIC, ODOMETRY_TYPE, log_time, encode_odometry(
                 t, self.frame_id, self.child_frame_id, state.position, state.orientation,
                 state.body_velocity, state.body_rates)
-        yield PWM_TOPIC, UINT16_ARRAY_TYPE, log_time, encode_uint16_array(pwm)
-        yield self.command_topic, FLOAT64_ARRAY_TYPE, log_time, encode_float64_array(commands)
+        yield prefix + PWM_TOPIC, UINT16_ARRAY_TYPE, log_time, encode_uint16_array(pwm)
+        yield (prefix + self.command_topic, FLOAT64_ARRAY_TYPE, log_time,
+               encode_float64_array(commands))
+        self._counts[vehicle] += 1
         self.frames += 1

@@ -8,10 +8,10 @@ Nothing runs while SITL is silent, and SITL's --speedup runs the model that much
 
 import logging
 import time
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
-from ardupilot_json_bridge.core.frames import ENU_TO_NED, FLU_TO_FRD, ros_to_ned_frd
+from ardupilot_json_bridge.core.frames import ros_to_ned_frd
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
@@ -21,20 +21,28 @@ from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     MujocoVehicle, VehicleError, VehicleState)
 
+if TYPE_CHECKING:
+    from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
+
 VIEWER_PERIOD = 1.0 / 60.0
 
 
-def _tuple(values) -> Tuple[float, float, float]:
-    return float(values[0]), float(values[1]), float(values[2])
+def _ned(enu: Sequence[float]) -> Tuple[float, float, float]:
+    """ENU to NED on plain floats (ENU_TO_NED's swap): numpy costs more on three values."""
+    return enu[1], enu[0], -enu[2]
+
+
+def _frd(flu: Sequence[float]) -> Tuple[float, float, float]:
+    """FLU to FRD on plain floats (FLU_TO_FRD's flips)."""
+    return flu[0], -flu[1], -flu[2]
 
 
 def vehicle_samples(state: VehicleState) -> Tuple[ImuSample, OdometrySample]:
     """Return the IMU and odometry samples (ArduPilot conventions) of a ROS-convention state."""
-    gyro = _tuple(FLU_TO_FRD @ state.body_rates)
-    quaternion = tuple(float(v) for v in ros_to_ned_frd(*state.orientation))
-    imu = ImuSample(state.time, gyro, _tuple(FLU_TO_FRD @ state.specific_force))
-    odometry = OdometrySample(state.time, _tuple(ENU_TO_NED @ state.position),
-                              _tuple(ENU_TO_NED @ state.velocity), quaternion, gyro)
+    gyro = _frd(state.body_rates)
+    imu = ImuSample(state.time, gyro, _frd(state.specific_force))
+    odometry = OdometrySample(state.time, _ned(state.position), _ned(state.velocity),
+                              ros_to_ned_frd(*state.orientation), gyro)
     return imu, odometry
 
 
@@ -53,8 +61,11 @@ class MujocoLockStep:
                  groups: Union[OutputGroup, Sequence[OutputGroup]], viewer: bool = False,
                  logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None,
-                 recorder: Optional[FlightRecorder] = None) -> None:
+                 recorder: Optional[FlightRecorder] = None,
+                 world: Optional['FleetWorld'] = None) -> None:
+        """Fly a vehicle alone, or one of a fleet whose world steps when all are ready."""
         self.vehicle = vehicle
+        self.world = world
         self.state = state
         # Sees what the sensors read, in ROS conventions (the live convention checks).
         self.checker = checker
@@ -70,6 +81,7 @@ class MujocoLockStep:
         self.mapper = ActuatorMapper(self.groups)
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
         self.frames = 0
+        self._pending: Optional[Tuple[VehicleState, Tuple[int, ...], List[float]]] = None
         self._viewer = None
         self._viewer_synced = 0.0
         if viewer:
@@ -80,16 +92,33 @@ class MujocoLockStep:
 
     def on_frame(self, packet: ServoPacket) -> None:
         """Apply the frame's PWM, step one frame period and push the new samples."""
-        values = self.mapper.apply(packet.pwm)
-        commands = [value for group in self.groups for value in values[group.name]]
+        self.after_reply()
+        commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
-        self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
+        if self.world is None:
+            self.vehicle.advance(duration)
+        else:
+            self.world.step(self.vehicle.index, duration)
         reading = self.push()
         if self.checker is not None:
             self.checker.add_pwm(reading.time, packet.pwm)
-        if self.recorder is not None:
-            self.recorder.add(reading, packet.pwm, commands)
+        self._pending = (reading, packet.pwm, commands)
         self.frames += 1
+
+    def after_reply(self) -> None:
+        """
+        Record the frame and sync the viewer, once its reply is on its way.
+
+        The link calls this after sending (SitlLink after_reply) so SITL computes its next
+        frame meanwhile; without that wiring the next frame or close() does it first.
+        """
+        if self._pending is None:
+            return
+        reading, pwm, commands = self._pending
+        self._pending = None
+        if self.recorder is not None:
+            self.recorder.add(reading, pwm, commands, self.vehicle.index)
         if self._viewer is not None:
             now = time.monotonic()
             if now - self._viewer_synced >= VIEWER_PERIOD:
@@ -104,7 +133,7 @@ class MujocoLockStep:
         self.state.push_imu(imu)
         if reading.airspeed is not None:
             # A vehicle that flies in the air tells SITL the air it flies in.
-            self.state.push_wind(Stamped(reading.time, _tuple(ENU_TO_NED @ reading.wind)))
+            self.state.push_wind(Stamped(reading.time, _ned(reading.wind)))
             self.state.push_airspeed(Stamped(reading.time, reading.airspeed))
         if self.checker is not None:
             self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
@@ -114,15 +143,24 @@ class MujocoLockStep:
 
     def on_restart(self) -> None:
         """SITL started again: the vehicle back at its start, at rest."""
-        self.vehicle.reset()
+        self.after_reply()
+        if self.world is None:
+            self.vehicle.reset()
+        else:
+            self.world.reset(self.vehicle.index)
         self.mapper = ActuatorMapper(self.groups)
         if self.checker is not None:
             self.checker.clear()
-        self.logger.info('SITL restarted: the MuJoCo vehicle is back at its start, at rest')
+        self.logger.info(f'SITL restarted: the MuJoCo vehicle{self._which()} is back at its '
+                         'start, at rest')
+
+    def _which(self) -> str:
+        return '' if self.world is None else f' {self.vehicle.index}'
 
     def close(self) -> None:
-        """Close the viewer and finish the recording."""
+        """Close the viewer and finish the recording (a fleet's shared one: its maker does)."""
+        self.after_reply()
         if self._viewer is not None:
             self._viewer.close()
-        if self.recorder is not None:
+        if self.recorder is not None and self.world is None:
             self.recorder.close()

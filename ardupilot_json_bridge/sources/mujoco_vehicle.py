@@ -30,14 +30,16 @@ import math
 import os
 from typing import Optional, Sequence, Tuple
 
-import numpy as np
-
 from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
 from ardupilot_json_bridge.sources.wind import Wind
 
 MODELS_DIR = os.path.join(os.path.dirname(__file__), 'models')
 DEFAULT_MODEL = os.path.join(MODELS_DIR, 'quad_x.xml')
 DEFAULT_VEHICLE = 'quad_x'
+# qpos and qvel sizes of MuJoCo's joint types: free, ball, slide, hinge.
+JOINT_SIZES = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}
+# Metres between a fleet's vehicles at the start, north of each other.
+FLEET_SPACING = 2.0
 MUJOCO_MISSING = ('the MuJoCo engine needs the mujoco package: pip install mujoco '
                   "(or pip install 'ardupilot_json_bridge[mujoco]')")
 
@@ -111,6 +113,11 @@ def shipped_model(name_or_path: str) -> Tuple[str, Optional[ShippedVehicle]]:
     return name_or_path, None
 
 
+def fleet_prefix(index: int) -> str:
+    """Name prefix of vehicle index's elements in a fleet's world: none for the first."""
+    return f'v{index}_' if index else ''
+
+
 def engine_wind(vehicle: 'MujocoVehicle', wind: Optional[str], gust: float) -> Wind:
     """Return the wind asked for ('EAST,NORTH[,UP]' m/s and gusts) for a vehicle that feels it."""
     if vehicle.aero is None:
@@ -127,41 +134,94 @@ def engine_wind(vehicle: 'MujocoVehicle', wind: Optional[str], gust: float) -> W
         raise VehicleError(f'--{error}') from None
 
 
-class MujocoVehicle:
-    """One model and its data; advance() steps it by any whole number of model steps."""
+def load_world(path: str, count: int = 1, spacing: float = FLEET_SPACING):
+    """
+    Return the MjModel of count copies of a vehicle model in one world, and its MjData.
 
-    def __init__(self, path: str = DEFAULT_MODEL) -> None:
+    The first copy is the model as it is (its ground, its light); copy k is its free-jointed
+    body attached with the prefix v<k>_ (actuators, sensors and all), spacing metres north of
+    the first, so the copies touch each other and the ground like any two bodies.
+    """
+    mujoco = _mujoco()
+    try:
+        if count == 1:
+            model = mujoco.MjModel.from_xml_path(path)
+        else:
+            spec = mujoco.MjSpec.from_file(path)
+            roots = [body for body in spec.worldbody.bodies if body.first_joint() is not None]
+            if len(roots) != 1:
+                raise VehicleError(f'{path}: a fleet needs one free-jointed body in the '
+                                   f'world, found {len(roots)}')
+            for index in range(1, count):
+                copy = mujoco.MjSpec.from_file(path)
+                frame = spec.worldbody.add_frame(pos=[0.0, spacing * index, 0.0])
+                frame.attach_body(copy.body(roots[0].name), fleet_prefix(index), '')
+            model = spec.compile()
+    except ValueError as error:
+        raise VehicleError(f'cannot load MuJoCo model {path}: {error}') from None
+    return model, mujoco.MjData(model)
+
+
+class MujocoVehicle:
+    """
+    A vehicle and the world it is in; advance() steps it by any whole number of model steps.
+
+    Alone, the vehicle owns its model and data. In a fleet (world from load_world, index k)
+    it is the k-th free-jointed body and the k-th share of the actuators, and
+    advance_together steps the world for all of them at once.
+    """
+
+    def __init__(self, path: str = DEFAULT_MODEL, world=None, index: int = 0) -> None:
         mujoco = self._mujoco = _mujoco()
-        try:
-            self.model = mujoco.MjModel.from_xml_path(path)
-        except ValueError as error:
-            raise VehicleError(f'cannot load MuJoCo model {path}: {error}') from None
-        self.data = mujoco.MjData(self.model)
+        self.model, self.data = world if world is not None else load_world(path)
         self.path = path
-        self.nominal_step = float(self.model.opt.timestep)
-        self.actuator_count = self.model.nu
+        self.index = index
+        self.prefix = fleet_prefix(index)
+        model = self.model
+        free = [joint for joint in range(model.njnt)
+                if model.jnt_type[joint] == mujoco.mjtJoint.mjJNT_FREE]
+        self.fleet_size = max(1, len(free))
+        if world is not None and (index >= len(free) or model.nu % len(free)):
+            raise VehicleError(f'{path}: vehicle {index} is not in a world of {len(free)} '
+                               f'free bodies and {model.nu} actuators')
+        self.nominal_step = float(model.opt.timestep)
+        self.actuator_count = model.nu // self.fleet_size
         if self.actuator_count == 0:
             raise VehicleError(f'{path}: the model has no actuators')
-        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos.
-        self.rotors = np.asarray(self.model.actuator_biastype == mujoco.mjtBias.mjBIAS_NONE)
-        self.rotor_count = int(self.rotors.sum())
+        first = self.actuator_count * index
+        self._ctrl = slice(first, first + self.actuator_count)
+        # The vehicle's pose and velocity: its free joint, and its joints after it.
+        root = free[index] if free else 0
+        self.body = int(model.jnt_bodyid[root]) if free else 1
+        self._qpos = int(model.jnt_qposadr[root]) if free else 0
+        self._qvel = int(model.jnt_dofadr[root]) if free else 0
+        mine = [joint for joint in range(model.njnt)
+                if model.body_rootid[model.jnt_bodyid[joint]] == model.body_rootid[self.body]]
+        self._joints = mine
+        # Rotors are the actuators without a bias; the rest are MuJoCo's own servos. Per-frame
+        # values are plain floats: numpy costs more than the math on a handful of them.
+        self.rotors = tuple(bool(kind == mujoco.mjtBias.mjBIAS_NONE)
+                            for kind in model.actuator_biastype[self._ctrl])
+        self.rotor_count = sum(self.rotors)
         if self.rotor_count:
             self.thrust_coefficient = self._numeric('rotor_thrust_coefficient')
             self.time_constant = self._numeric('rotor_time_constant')
             self.max_speed = self._numeric('rotor_max_speed')
-        limited = np.asarray(self.model.actuator_ctrllimited, dtype=bool)
-        ranges = np.asarray(self.model.actuator_ctrlrange, dtype=float)
-        self.lower = np.where(self.rotors, 0.0, np.where(limited, ranges[:, 0], -np.inf))
-        self.upper = np.where(self.rotors, getattr(self, 'max_speed', 0.0),
-                              np.where(limited, ranges[:, 1], np.inf))
+        limited = model.actuator_ctrllimited[self._ctrl].tolist()
+        ranges = model.actuator_ctrlrange[self._ctrl].tolist()
+        self.lower = tuple(0.0 if rotor else low if on else -math.inf
+                           for rotor, on, (low, _) in zip(self.rotors, limited, ranges))
+        self.upper = tuple(self.max_speed if rotor else high if on else math.inf
+                           for rotor, on, (_, high) in zip(self.rotors, limited, ranges))
         self._gyro = self._sensor('gyro')
         self._accel = self._sensor('accelerometer')
         self.wind = Wind()
         self.aero = self._force_model()
-        self.commands = np.zeros(self.actuator_count)
-        self.speeds = np.zeros(self.actuator_count)
+        self.commands = [0.0] * self.actuator_count
+        self.speeds = [0.0] * self.actuator_count
         self.steps = 0
-        self.reset()
+        if world is None:
+            self.reset()
 
     def _numeric(self, name: str) -> float:
         index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_NUMERIC, name)
@@ -179,16 +239,18 @@ class MujocoVehicle:
         if name not in FORCE_MODELS:
             raise VehicleError(f'{self.path}: <custom><text name="forces"> is {name!r}, not '
                                f'one of {", ".join(FORCE_MODELS)}')
+        # Addresses from the vehicle's own free joint: advance hands it its qpos from there.
         surfaces = {surface: [] for surface in SURFACES}
-        for joint in range(model.njnt):
+        for joint in self._joints:
             joint_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, joint) or ''
-            surface = joint_name.split('_')[0]
+            surface = joint_name[len(self.prefix):].split('_')[0]
             if surface in surfaces:
-                surfaces[surface].append(int(model.jnt_qposadr[joint]))
-        return FixedWing(Coefficients.read(self._numeric), surfaces, body=1)
+                surfaces[surface].append(int(model.jnt_qposadr[joint]) - self._qpos)
+        return FixedWing(Coefficients.read(self._numeric), surfaces, body=self.body)
 
     def _sensor(self, name: str) -> slice:
-        index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_SENSOR, name)
+        index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_SENSOR,
+                                        self.prefix + name)
         if index < 0:
             raise VehicleError(f'{self.path}: sensor {name!r} is missing')
         start = int(self.model.sensor_adr[index])
@@ -198,7 +260,7 @@ class MujocoVehicle:
         """Return the model's actuators' names in command order."""
         mujoco = self._mujoco
         return tuple(mujoco.mj_id2name(self.model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or str(i)
-                     for i in range(self.actuator_count))
+                     for i in range(self._ctrl.start, self._ctrl.stop))
 
     @property
     def time(self) -> float:
@@ -207,20 +269,31 @@ class MujocoVehicle:
 
     def reset(self) -> None:
         """Back to the initial pose at rest, rotors stopped; the clock keeps running."""
-        now = self.data.time
-        self._mujoco.mj_resetData(self.model, self.data)
-        self.data.time = now
-        self.commands[:] = 0.0
-        self.speeds[:] = 0.0
-        self._mujoco.mj_forward(self.model, self.data)
+        model, data = self.model, self.data
+        if self.fleet_size == 1:
+            now = data.time
+            self._mujoco.mj_resetData(model, data)
+            data.time = now
+        else:
+            # Only this vehicle: the others fly on.
+            for joint in self._joints:
+                start, dof = int(model.jnt_qposadr[joint]), int(model.jnt_dofadr[joint])
+                sizes = JOINT_SIZES[int(model.jnt_type[joint])]
+                data.qpos[start:start + sizes[0]] = model.qpos0[start:start + sizes[0]]
+                data.qvel[dof:dof + sizes[1]] = 0.0
+            data.ctrl[self._ctrl] = 0.0
+        self.commands[:] = [0.0] * self.actuator_count
+        self.speeds[:] = [0.0] * self.actuator_count
+        self._mujoco.mj_forward(model, data)
 
     def set_commands(self, values: Sequence[float]) -> None:
         """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
-        values = np.asarray(values, dtype=float)[:self.actuator_count]
-        if not np.all(np.isfinite(values)):
-            raise VehicleError(f'actuator commands are not finite: {values.tolist()}')
-        count = len(values)
-        self.commands[:count] = np.clip(values, self.lower[:count], self.upper[:count])
+        values = [float(value) for value in values[:self.actuator_count]]
+        if not all(map(math.isfinite, values)):
+            raise VehicleError(f'actuator commands are not finite: {values}')
+        commands, lower, upper = self.commands, self.lower, self.upper
+        for index, value in enumerate(values):
+            commands[index] = min(max(value, lower[index]), upper[index])
 
     def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
         """Rotor speeds in rad/s: set_commands for a vehicle whose actuators are all rotors."""
@@ -228,44 +301,48 @@ class MujocoVehicle:
 
     def advance(self, duration: float) -> None:
         """Step the physics by duration (a whole number of steps near the model's own)."""
-        mujoco, model, data = self._mujoco, self.model, self.data
-        count = max(1, round(duration / self.nominal_step))
-        step = duration / count
-        model.opt.timestep = step
-        rotors, commands, speeds = self.rotors, self.commands, self.speeds
+        advance_together((self,), duration)
+
+    def _prepare(self, step: float) -> None:
+        """Before a frame's steps: the rotors' lag per step, or the servos' commands."""
         if self.rotor_count:
-            blend = 1.0 - math.exp(-step / self.time_constant)
+            self._blend = 1.0 - math.exp(-step / self.time_constant)
         else:
-            data.ctrl[:] = commands
-        aero, wind = self.aero, self.wind
-        for _ in range(count):
-            if aero is not None:
-                aero.apply(data.qpos, data.qvel, data.xfrc_applied, wind.step(step))
-            if self.rotor_count:
-                speeds += blend * (commands - speeds)
-                data.ctrl[:] = np.where(rotors, self.thrust_coefficient * speeds * speeds,
-                                        commands)
-            mujoco.mj_step(model, data)
-        self.steps += count
-        mujoco.mj_forward(model, data)
+            self.data.ctrl[self._ctrl] = self.commands
+
+    def _before_step(self, step: float) -> None:
+        """Before each step: the vehicle's own forces and its rotors' thrust."""
+        data = self.data
+        if self.aero is not None:
+            self.aero.apply(data.qpos[self._qpos:], data.qvel[self._qvel:],
+                            data.xfrc_applied, self.wind.step(step))
+        if self.rotor_count:
+            rotors, commands, speeds, blend = self.rotors, self.commands, self.speeds, self._blend
+            for index, rotor in enumerate(rotors):
+                if rotor:
+                    speeds[index] += blend * (commands[index] - speeds[index])
+            thrust = self.thrust_coefficient
+            data.ctrl[self._ctrl] = [thrust * speed * speed if rotor else command
+                                     for rotor, speed, command in zip(rotors, speeds, commands)]
 
     def state(self) -> VehicleState:
         """Truth and sensors at the current time, in ROS conventions."""
         data = self.data
-        qpos, qvel = data.qpos, data.qvel
-        w, x, y, z = (float(v) for v in qpos[3:7])
-        velocity = (float(qvel[0]), float(qvel[1]), float(qvel[2]))
-        body_velocity = np.zeros(3)
-        self._mujoco.mju_rotVecQuat(body_velocity, qvel[0:3],
-                                    np.array([w, -x, -y, -z]))
-        sensors = data.sensordata
+        px, py, pz, w, x, y, z = data.qpos[self._qpos:self._qpos + 7].tolist()
+        vx, vy, vz = data.qvel[self._qvel:self._qvel + 3].tolist()
+        sensors = data.sensordata.tolist()
+        # The world velocity turned into the body: the transpose of the attitude's matrix.
+        xx, yy, zz, xy, xz, yz, wx, wy, wz = (
+            x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z)
+        body_velocity = (
+            (1.0 - 2.0 * (yy + zz)) * vx + 2.0 * (xy + wz) * vy + 2.0 * (xz - wy) * vz,
+            2.0 * (xy - wz) * vx + (1.0 - 2.0 * (xx + zz)) * vy + 2.0 * (yz + wx) * vz,
+            2.0 * (xz + wy) * vx + 2.0 * (yz - wx) * vy + (1.0 - 2.0 * (xx + yy)) * vz)
         return VehicleState(
-            time=float(data.time), position=(float(qpos[0]), float(qpos[1]), float(qpos[2])),
-            orientation=(x, y, z, w), velocity=velocity,
-            body_velocity=tuple(float(v) for v in body_velocity),
-            body_rates=tuple(float(v) for v in sensors[self._gyro]),
-            specific_force=tuple(float(v) for v in sensors[self._accel]),
-            wind=tuple(float(v) for v in self.wind.now),
+            time=float(data.time), position=(px, py, pz), orientation=(x, y, z, w),
+            velocity=(vx, vy, vz), body_velocity=body_velocity,
+            body_rates=tuple(sensors[self._gyro]), specific_force=tuple(sensors[self._accel]),
+            wind=tuple(self.wind.now.tolist()),
             airspeed=None if self.aero is None else self.aero.airspeed)
 
     def view(self) -> Optional[object]:
@@ -275,3 +352,21 @@ class MujocoVehicle:
             return mujoco.viewer.launch_passive(self.model, self.data)
         except Exception:
             return None
+
+
+def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None:
+    """Step the world the vehicles share by duration, each applying its commands every step."""
+    first = vehicles[0]
+    mujoco, model, data = first._mujoco, first.model, first.data
+    count = max(1, round(duration / first.nominal_step))
+    step = duration / count
+    model.opt.timestep = step
+    for vehicle in vehicles:
+        vehicle._prepare(step)
+    for _ in range(count):
+        for vehicle in vehicles:
+            vehicle._before_step(step)
+        mujoco.mj_step(model, data)
+    for vehicle in vehicles:
+        vehicle.steps += count
+    mujoco.mj_forward(model, data)

@@ -1,0 +1,116 @@
+"""
+Where a MuJoCo lock-step frame's microseconds go, stage by stage.
+
+    python benchmarks/frame_profile.py [--frames 4000] [--record]
+
+The `mujoco_lock_step` setup of run.py (the quad X with the live checks, a socketless link):
+each stage's calls are wrapped in a timer of the serving thread's CPU time (time.thread_time),
+and the table prints microseconds per frame. The timers cost a little each (in "the rest").
+"""
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+import types
+from typing import Callable, Counter
+
+import mujoco
+from run import LOCK_STEP, MOTORS, socketless_link
+
+from ardupilot_json_bridge.checks.conventions import ConventionChecker
+from ardupilot_json_bridge.core.protocol import encode_servo_packet
+from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link import sitl_link
+from ardupilot_json_bridge.sources import mujoco_source
+from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
+from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
+from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle
+
+WARM_UP = 200
+AFTER_REPLY = 'recording, viewer (after the reply)'
+
+
+def timer(spent: Counter, stage: str, function: Callable) -> Callable:
+    """Return function, adding its CPU time per call to spent[stage]."""
+    def timed(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[stage] += time.thread_time() - start
+    return timed
+
+
+def profile(frames: int, record: bool) -> None:
+    spent: Counter = collections.Counter()
+    state = SensorState(LOCK_STEP)
+    vehicle = MujocoVehicle()
+    recorder = FlightRecorder(tempfile.mkdtemp() + '/flight') if record else None
+    source = MujocoLockStep(vehicle, state, MOTORS.groups[0],
+                            checker=ConventionChecker(window=10.0), recorder=recorder)
+    link = socketless_link(state, source.on_frame)
+    link.after_reply = timer(spent, AFTER_REPLY, source.after_reply)
+    sitl_link.decode_servo_packet = timer(spent, 'datagram: decode, bookkeeping, send',
+                                          sitl_link.decode_servo_packet)
+    link.session.classify = timer(spent, 'datagram: decode, bookkeeping, send',
+                                  link.session.classify)
+    link._send = timer(spent, 'datagram: decode, bookkeeping, send', link._send)
+    source.mapper.commands = timer(spent, 'PWM mapping', source.mapper.commands)
+    vehicle.set_commands = timer(spent, 'PWM mapping', vehicle.set_commands)
+    # The vehicle's own handle on mujoco, so only its steps are timed.
+    functions = types.SimpleNamespace(**{name: getattr(mujoco, name) for name in dir(mujoco)
+                                         if not name.startswith('__')})
+    functions.mj_step = timer(spent, 'physics: mj_step', mujoco.mj_step)
+    functions.mj_forward = timer(spent, 'physics: mj_forward', mujoco.mj_forward)
+    vehicle._mujoco = functions
+    vehicle.advance = timer(spent, 'physics: the whole advance', vehicle.advance)
+    vehicle.state = timer(spent, 'sensor read', vehicle.state)
+    mujoco_source.vehicle_samples = timer(spent, 'sensor read', mujoco_source.vehicle_samples)
+    state.push_odometry = timer(spent, 'state push', state.push_odometry)
+    state.push_imu = timer(spent, 'state push', state.push_imu)
+    source.checker.add_imu = timer(spent, 'live checks', source.checker.add_imu)
+    source.checker.add_odometry = timer(spent, 'live checks', source.checker.add_odometry)
+    source.checker.add_pwm = timer(spent, 'live checks', source.checker.add_pwm)
+    state.wait_for_sample = timer(spent, 'alignment (the instant)', state.wait_for_sample)
+    link.session.timestamp_for = timer(spent, 'alignment (the instant)',
+                                       link.session.timestamp_for)
+    sitl_link.build_reply = timer(spent, 'JSON', sitl_link.build_reply)
+    sitl_link.encode_reply = timer(spent, 'JSON', sitl_link.encode_reply)
+    link.session.record_reply = timer(spent, 'after the reply: session, served',
+                                      link.session.record_reply)
+    state.mark_served = timer(spent, 'after the reply: session, served', state.mark_served)
+    packets = [encode_servo_packet(i, [1550] * 4 + [1000] * 12) for i in range(frames)]
+    for packet in packets[:WARM_UP]:
+        link.handle_datagram(packet, ('127.0.0.1', 40000))
+    spent.clear()
+    start = time.thread_time()
+    for packet in packets[WARM_UP:]:
+        link.handle_datagram(packet, ('127.0.0.1', 40000))
+    total = time.thread_time() - start
+    if recorder is not None:
+        recorder.close()
+    count = frames - WARM_UP
+    whole = spent.pop('physics: the whole advance')
+    spent['physics: rotor lag, ctrl'] = whole - spent['physics: mj_step'] - spent[
+        'physics: mj_forward']
+    print(f'{total / count * 1e6:.1f} us of CPU a frame ({count} frames, model integrator '
+          f'{mujoco.mjtIntegrator(vehicle.model.opt.integrator).name}):')
+    for stage, seconds in sorted(spent.items()):
+        print(f'  {stage:40s} {seconds / count * 1e6:6.1f} us')
+    print(f'  {"the rest (link loop, dispatch, timers)":40s} '
+          f'{(total - sum(spent.values())) / count * 1e6:6.1f} us')
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--frames', type=int, default=4000)
+    parser.add_argument('--record', action='store_true', help='record the flight too')
+    args = parser.parse_args()
+    profile(max(args.frames, WARM_UP + 1), args.record)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

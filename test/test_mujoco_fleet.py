@@ -1,0 +1,289 @@
+"""A fleet in one MuJoCo world: the lock-step rules with test SITL peers, and real ArduCopters."""
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Sequence
+
+import pytest
+
+pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
+
+from test_mujoco import read_bag  # noqa: E402, I100, I202
+
+from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
+from ardupilot_json_bridge.core.settings import (  # noqa: E402
+    LinkSettings, SAMPLES, sitl_port, StateSettings)
+from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
+    DEFAULT_MODEL, load_world, MujocoVehicle)
+from conftest import free_udp_port, reaped  # noqa: E402
+import sitl_flight  # noqa: E402
+from sitl_peer import parse_reply, SitlPeer  # noqa: E402
+
+# By hand from quad_x.xml and the fleet's layout: the body starts 0.07 m up, copies 2 m north.
+START_HEIGHT = 0.07
+SPACING = 2.0
+FULL = [1900] * 4 + [0] * 12
+IDLE = [1000] * 4 + [0] * 12
+PEER_TIMEOUT = 0.5
+
+
+class Fleet:
+    """Two quads in one world, each with its link and its test SITL peer."""
+
+    def __init__(self, count: int = 2) -> None:
+        config = load_config(default_preset('mujoco_quad_x.yaml'), '', {})
+        world = load_world(DEFAULT_MODEL, count)
+        self.vehicles = [MujocoVehicle(DEFAULT_MODEL, world, k) for k in range(count)]
+        for vehicle in self.vehicles:
+            vehicle.reset()
+        self.world = FleetWorld(self.vehicles, PEER_TIMEOUT)
+        self.links: List[SitlLink] = []
+        self.peers: List[SitlPeer] = []
+        for vehicle in self.vehicles:
+            state = SensorState(StateSettings(pacing=SAMPLES))
+            source = MujocoLockStep(vehicle, state, config.outputs, world=self.world)
+            link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=5.0), state,
+                            on_frame=source.on_frame, on_restart=source.on_restart,
+                            after_reply=source.after_reply)
+            link.start()
+            self.links.append(link)
+            self.peers.append(SitlPeer(link.address[1]))
+        self.peers[0].step(pwm=IDLE)
+        self.join(1, IDLE)
+
+    def join(self, index: int, pwm: Sequence[int]) -> Dict[str, object]:
+        """
+        Bring SITL index (back) in: the other's frames step the world until index holds it.
+
+        A SITL's frame joins the world's next step, whose own frames may come before or after
+        it: a real SITL keeps sending, where this harness waits for every reply.
+        """
+        other = self.peers[1 - index]
+        self.peers[index].send(pwm=pwm)
+        for _ in range(200):
+            other.step(pwm=IDLE)
+            datagram = self.peers[index].receive(timeout=0.01)
+            if datagram is not None:
+                break
+        assert datagram is not None, f'vehicle {index} never joined'
+        self.peers[index].frame_count += 1
+        assert self.world.holding == [0, 1]
+        return parse_reply(datagram, '4.6')
+
+    def step(self, pwms: Dict[int, Sequence[int]], timeout: float = 5.0
+             ) -> Dict[int, Dict[str, object]]:
+        """Send each named peer's frame, then read each one's reply (parsed)."""
+        for index, pwm in pwms.items():
+            self.peers[index].send(pwm=pwm)
+        replies = {}
+        for index in pwms:
+            datagram = self.peers[index].receive(timeout)
+            assert datagram is not None, f'vehicle {index}: no reply to its frame'
+            replies[index] = parse_reply(datagram, '4.6')
+            self.peers[index].frame_count += 1
+        return replies
+
+    def close(self) -> None:
+        self.world.close()
+        for link, peer in zip(self.links, self.peers):
+            peer.close()
+            link.stop()
+
+
+@pytest.fixture
+def fleet():
+    made = Fleet()
+    yield made
+    made.close()
+
+
+def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
+    start = [fleet.vehicles[k].state().position for k in range(2)]
+    # Spaced apart at the start, both on the ground.
+    assert start[0] == pytest.approx((0.0, 0.0, START_HEIGHT), abs=0.01)
+    assert start[1] == pytest.approx((0.0, SPACING, START_HEIGHT), abs=0.01)
+    # Vehicle 0's frame alone does not step the world: its reply waits for vehicle 1's frame.
+    steps = fleet.world.steps
+    fleet.peers[0].send(pwm=FULL)
+    assert fleet.peers[0].receive(timeout=0.2) is None
+    assert fleet.world.steps == steps
+    fleet.peers[1].send(pwm=IDLE)
+    assert fleet.peers[1].receive() is not None and fleet.peers[0].receive() is not None
+    assert fleet.world.steps == steps + 1
+    for peer in fleet.peers:
+        peer.frame_count += 1
+    first = fleet.step({0: FULL, 1: IDLE})
+    for _ in range(599):
+        replies = fleet.step({0: FULL, 1: IDLE})
+    # Half a second at full power: vehicle 0 climbs, vehicle 1 still rests 2 m north of it.
+    assert fleet.world.steps == steps + 601
+    assert replies[0]['position'][2] < -START_HEIGHT - 0.2
+    assert replies[1]['position'] == pytest.approx([SPACING, 0.0, -START_HEIGHT], abs=0.01)
+    # One frame period of each SITL's clock a world step.
+    for index in range(2):
+        assert replies[index]['timestamp'] - first[index]['timestamp'] == pytest.approx(
+            599 / 1200, abs=1e-9)
+
+
+def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):
+    caplog.set_level(logging.INFO, logger='ardupilot_json_bridge.fleet')
+    for _ in range(120):
+        fleet.step({0: FULL, 1: FULL})
+    # Vehicle 1's SITL goes silent in the air: vehicle 0 waits peer_timeout once, then flies on.
+    start = time.monotonic()
+    fleet.step({0: FULL})
+    assert time.monotonic() - start >= PEER_TIMEOUT
+    start = time.monotonic()
+    for _ in range(1200):
+        replies = fleet.step({0: FULL})
+    # Not held any more: far from peer_timeout a frame.
+    assert time.monotonic() - start < 1200 * PEER_TIMEOUT / 4
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and 'vehicle 1' in warnings[0] and 'silent' in warnings[0], \
+        warnings
+    # Nothing drove the silent vehicle: it fell back to the ground and rests there.
+    resting = fleet.vehicles[1].state()
+    assert resting.position[2] == pytest.approx(START_HEIGHT, abs=0.02)
+    assert max(map(abs, resting.velocity)) < 0.05
+    assert fleet.world.holding == [0]
+    assert replies[0]['position'][2] < -1.0
+    # Its SITL comes back: it holds the world again.
+    fleet.join(1, IDLE)
+    fleet.step({0: FULL, 1: IDLE})
+
+
+def test_a_restarted_sitl_resets_only_its_own_vehicle(fleet):
+    for _ in range(600):
+        fleet.step({0: FULL, 1: FULL})
+    high = [fleet.vehicles[k].state().position[2] for k in range(2)]
+    assert min(high) > START_HEIGHT + 0.2
+    fleet.peers[1].frame_count = 0      # SITL 1 started again
+    replies = fleet.step({0: FULL, 1: IDLE})
+    assert replies[1]['timestamp'] == 0.0
+    assert replies[1]['position'] == pytest.approx([SPACING, 0.0, -START_HEIGHT], abs=0.01)
+    # Vehicle 0 flew on, on its own clock.
+    assert replies[0]['timestamp'] > 0.4
+    assert -replies[0]['position'][2] > high[0]
+    assert fleet.world.holding == [0, 1]
+
+
+def free_instances(count: int) -> int:
+    """Return a first SITL instance whose count UDP ports (9002 + 10 I) are all free."""
+    for first in range(60, 200, count):
+        ports = [sitl_port(first + k) for k in range(count)]
+        sockets = []
+        try:
+            for port in ports:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sockets.append(sock)
+                sock.bind(('127.0.0.1', port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError('no free SITL ports')
+
+
+def test_the_fleet_command_serves_each_sitl_and_records_each_vehicle(tmp_path):
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    first, bag = free_instances(2), tmp_path / 'fleet'
+    command = [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco', '--vehicles', '2',
+               '--instance', str(first), '--record', str(bag)]
+    with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)) as process:
+        peers = [SitlPeer(sitl_port(first + k)) for k in range(2)]
+        replies: Dict[int, list] = {}
+        pwms = ([1600] * 4 + [1000] * 12, [1000] * 16)
+
+        def run(index: int) -> None:
+            replies[index] = peers[index].lock_step(300, pwms[index], timeout=60.0, wait=0.5)
+
+        try:
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(90)
+        finally:
+            for peer in peers:
+                peer.close()
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and 'Traceback' not in output, output
+    assert [len(replies.get(k, [])) for k in range(2)] == [300, 300], output
+    assert f'lock-step with SITL instance {first + 1} (vehicle 1, namespace vehicle1)' in output
+    # Vehicle 1 rests where it started, 2 m north of vehicle 0 (NED x).
+    assert replies[1][-1]['position'][0] == pytest.approx(SPACING, abs=0.01)
+    topics = read_bag(bag)
+    for namespace in ('/vehicle0', '/vehicle1'):
+        assert len(topics[f'{namespace}/imu'][1]) >= 300, sorted(topics)
+        assert f'{namespace}/servo_pwm' in topics and f'{namespace}/odom' in topics
+    assert '/clock' in topics and '/imu' not in topics
+
+
+@pytest.mark.skipif(sitl_flight.sitl_binary() is None,
+                    reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
+                           'with arducopter and copter.parm')
+def test_two_real_arducopters_take_off_to_their_heights_in_one_world():
+    config = load_config(default_preset('mujoco_quad_x.yaml'), '', {})
+    world = load_world(DEFAULT_MODEL, 2)
+    vehicles = [MujocoVehicle(DEFAULT_MODEL, world, k) for k in range(2)]
+    for vehicle in vehicles:
+        vehicle.reset()
+    fleet = FleetWorld(vehicles, config.link.peer_timeout, first_instance=3)
+    links, sources = [], []
+    for index, vehicle in enumerate(vehicles):
+        state = SensorState(StateSettings(pacing=SAMPLES))
+        source = MujocoLockStep(vehicle, state, config.outputs, world=fleet)
+        link = SitlLink(LinkSettings(instance=3 + index), state, on_frame=source.on_frame,
+                        on_restart=source.on_restart, after_reply=source.after_reply)
+        link.start()
+        links.append(link)
+        sources.append(source)
+    starts = [vehicle.state().position[2] for vehicle in vehicles]
+    heights = (4.0, 6.0)
+    records: Dict[int, sitl_flight.FlightRecord] = {}
+
+    def fly(index: int, sitl: sitl_flight.Sitl) -> None:
+        records[index] = sitl_flight.fly(
+            sitl, heights[index], 5.0,
+            lambda: vehicles[index].state().position[2] - starts[index])
+
+    try:
+        with sitl_flight.Sitl(instance=3, speedup=2) as first, \
+                sitl_flight.Sitl(instance=4, speedup=2) as second:
+            pilots = [threading.Thread(target=fly, args=(k, sitl))
+                      for k, sitl in enumerate((first, second))]
+            for pilot in pilots:
+                pilot.start()
+            for pilot in pilots:
+                pilot.join(400)
+            logs = [first.log()[-1500:], second.log()[-1500:]]
+    finally:
+        fleet.close()
+        for link in links:
+            link.stop()
+    for index, height in enumerate(heights):
+        record = records.get(index)
+        assert record is not None and record.armed and record.reached, (
+            index, record and record.texts, logs[index])
+        assert record.worst_hover_error(height) < 0.5, (index, record.hover)
+        assert record.worst_truth_error() < 0.5, (index, record.hover)
+        print(f'vehicle {index}: hover at {height} m, worst error '
+              f'{record.worst_hover_error(height):.3f} m, against MuJoCo '
+              f'{record.worst_truth_error():.3f} m; {record.sim_seconds:.1f} s of hover in a '
+              f'{record.wall_seconds:.1f} s flight')
+    # They flew in one world side by side: the same physics clock, 2 m apart.
+    north = [vehicle.state().position[1] for vehicle in vehicles]
+    assert north[1] - north[0] == pytest.approx(SPACING, abs=1.0)
