@@ -36,6 +36,11 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
     return '\n'.join([f'[{len(kept) - lines} earlier lines left out]'] + kept[-lines:])
 
 
+def instance(number: int) -> int:
+    """Return SITL instance number moved by SITL_INSTANCE_OFFSET: two suites side by side."""
+    return number + int(os.environ.get('SITL_INSTANCE_OFFSET', '0'))
+
+
 def sitl_binary(name: str = 'arducopter') -> Optional[str]:
     """Return the prebuilt SITL binary, or None where there is none."""
     folder = os.environ.get(SITL_DIR_VARIABLE, '')

@@ -49,12 +49,12 @@ def circle(track: List[Point3]) -> Tuple[float, float, float, float]:
     return east, north, mean, max(abs(r - mean) for r in radii)
 
 
-def fly_circuit(port: int, truth: Callable[[], Point3], altitude: float = 50.0,
+def fly_circuit(sitl: sitl_flight.Sitl, truth: Callable[[], Point3], altitude: float = 50.0,
                 loiter_seconds: float = 40.0, rtl_seconds: float = 30.0,
                 timeout: float = 400.0) -> CircuitRecord:
     """EKF ready, arm, TAKEOFF to altitude, LOITER for loiter_seconds, RTL; sim seconds."""
     started = time.monotonic()
-    flight = sitl_flight.Flight(port)
+    flight = sitl_flight.Flight(sitl)
     record = CircuitRecord()
     mav = flight.mav
 

@@ -13,11 +13,14 @@ from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.fixed_wing import (  # noqa: E402
     Coefficients, drag_coefficient, lift_coefficient, wrench)
+from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
+from recorded import check_recording, wrong_rows  # noqa: E402
+import sitl_flight  # noqa: E402
 import sitl_plane  # noqa: E402
 from test_mujoco_rover import serve  # noqa: E402
 
@@ -156,26 +159,34 @@ def judge_circuit(record, wind, how: str) -> None:
 @pytest.mark.skipif(sitl_plane.plane_binary() is None,
                     reason='real ArduPlane: set ARDUPILOT_SITL_DIR to a folder with arduplane '
                            'and plane.parm')
-def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind():
+def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind(tmp_path):
+    pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
     path, shipped = shipped_model('plane')
-    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': 6})
+    instance = sitl_flight.instance(6)
+    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': instance})
     model = MujocoVehicle(path)
     wind = (-5.0, 0.0, 0.0)          # from the east, 5 m/s: a headwind for the take-off
     model.wind = Wind(wind)
     state = SensorState(StateSettings(pacing=SAMPLES))
-    source = MujocoLockStep(model, state, config.outputs)
+    recording = str(tmp_path / 'flight')
+    source = MujocoLockStep(model, state, config.outputs,
+                            recorder=FlightRecorder(recording, '/commands'))
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     try:
-        with sitl_plane.plane_sitl(instance=6, speedup=3) as sitl:
-            record = sitl_plane.fly_circuit(sitl.mavlink_port,
-                                            lambda: tuple(model.state().position))
+        with sitl_plane.plane_sitl(instance=instance, speedup=3) as sitl:
+            record = sitl_plane.fly_circuit(sitl, lambda: tuple(model.state().position))
             log = sitl.log()
     finally:
         link.stop()
         source.close()
     assert record.took_off, (record.texts[-8:], log[-1500:])
     judge_circuit(record, wind, f'in lock-step, {model.time:.0f} s of physics')
+    # The recording of the whole flight, judged as a plane: nothing wrong.
+    code, table, rows = check_recording(recording, 'plane')
+    print(f'the recorded flight, checked:\n{table}')
+    assert code == 0 and not wrong_rows(rows), table
 
 
 @pytest.mark.parametrize('arguments, message', [

@@ -14,11 +14,14 @@ from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa:
 from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model, VehicleError)
 from conftest import free_udp_port, reaped  # noqa: E402
+from recorded import check_recording, wrong_rows  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
+import sitl_flight  # noqa: E402
 import sitl_rover  # noqa: E402
 
 FRAME = 1 / 1200
@@ -108,6 +111,57 @@ def test_an_unknown_model_name_is_named_with_the_shipped_ones(caplog):
         caplog.text
 
 
+def steered_drive(make_link, make_peer, recording: str, multiplier: float,
+                  seconds: float = 8.0) -> list:
+    """
+    Drive the rover after changing headings, as ArduRover would steer it; record the drive.
+
+    A steering loop of this test's own, in ArduPilot's convention: more SERVO1 PWM turns
+    right (NED heading rising). multiplier is the preset's steering multiplier: -1 as shipped,
+    +1 a steering mapped the wrong way round.
+    """
+    path, shipped = shipped_model('rover')
+    config = load_config(default_preset(shipped.preset), '',
+                         {'outputs.steering.multiplier': multiplier})
+    model = MujocoVehicle(path)
+    source = MujocoLockStep(model, SensorState(StateSettings()), config.outputs,
+                            recorder=FlightRecorder(recording, '/commands'))
+    link = make_link(StateSettings(pacing=SAMPLES), on_frame=lambda p: source.on_frame(p),
+                     fresh_timeout=1.0)
+    source.state = link.state
+    peer = make_peer(link.address[1])
+    targets = [math.pi / 2 + turn for turn in (0.0, 0.8, -0.4, 0.6, -0.8)]
+    steering, replies = 1500, []
+    try:
+        for k in range(round(seconds / FRAME)):
+            reply = peer.step(pwm=[steering, 1500, 1550] + [1500] * 13)
+            replies.append(reply)
+            target = targets[min(int(k * FRAME / 1.6), len(targets) - 1)]
+            error = math.remainder(target - heading(reply), 2 * math.pi)
+            steering = int(round(1500 + 400 * min(max(2.0 * error, -1.0), 1.0)))
+    finally:
+        source.close()
+    return replies
+
+
+def test_a_recorded_drive_with_the_steering_mapped_backwards_is_named_by_check(
+        make_link, make_peer, tmp_path):
+    pytest.importorskip('rosbags', reason='the drive is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
+    steered_drive(make_link, make_peer, str(tmp_path / 'right'), -1.0)
+    code, table, rows = check_recording(str(tmp_path / 'right'), 'rover')
+    print(f'\nsteering as shipped:\n{table}')
+    assert code == 0 and rows['layout: what SITL mixes for'][0] == 'ok', table
+    assert not wrong_rows(rows), table
+    steered_drive(make_link, make_peer, str(tmp_path / 'reversed'), 1.0)
+    code, table, rows = check_recording(str(tmp_path / 'reversed'), 'rover')
+    print(f'steering multiplier +1:\n{table}')
+    layout = rows['layout: what SITL mixes for']
+    assert code == 1 and wrong_rows(rows) == ['layout: what SITL mixes for'], table
+    assert 'SERVO1 (steering)' in layout[1] and 'reversed' in layout[1], table
+    assert 'reverse the steering' in layout[2], table
+
+
 def mission_figures(record, corners, wp_speed: float, wp_radius: float = 3.0):
     """Return the worst waypoint miss, cross-track error and the home error, in metres."""
     misses = [sitl_rover.nearest(record.track, corner) for corner in corners[1:]]
@@ -121,19 +175,25 @@ def mission_figures(record, corners, wp_speed: float, wp_radius: float = 3.0):
                     reason='real ArduRover: set ARDUPILOT_SITL_DIR to a folder with ardurover '
                            'and rover.parm')
 @pytest.mark.parametrize('vehicle, wp_speed', [('rover', 5.0), ('rover_skid', 3.0)])
-def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_speed):
+def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_speed, tmp_path):
+    pytest.importorskip('rosbags', reason='the drive is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
     # WP_SPEED and WP_RADIUS (3 m) as rover.parm and rover-skid.parm set them.
     path, shipped = shipped_model(vehicle)
-    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': 4})
+    instance = sitl_flight.instance(4)
+    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': instance})
     model = MujocoVehicle(path)
     state = SensorState(StateSettings(pacing=SAMPLES))
-    source = MujocoLockStep(model, state, config.outputs)
+    recording = str(tmp_path / 'drive')
+    source = MujocoLockStep(model, state, config.outputs,
+                            recorder=FlightRecorder(recording, '/commands'))
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     try:
-        with sitl_rover.rover_sitl(instance=4, speedup=3, skid=vehicle == 'rover_skid') as sitl:
+        with sitl_rover.rover_sitl(instance=instance, speedup=3,
+                                   skid=vehicle == 'rover_skid') as sitl:
             record, corners = sitl_rover.drive_square(
-                sitl.mavlink_port, 20.0, lambda: tuple(model.state().position[:2]))
+                sitl, 20.0, lambda: tuple(model.state().position[:2]))
             log = sitl.log()
     finally:
         link.stop()
@@ -149,6 +209,10 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
     # the truth's closest approach, sampled with SITL's messages, may lie a little further.
     assert record.reached == [1, 2, 3, 4], record.reached
     assert miss < 3.5 and cross_track < 1.0 and home < 2.0, (miss, cross_track, home)
+    # The recording of the whole drive, judged as a rover: nothing wrong.
+    code, table, rows = check_recording(recording, 'rover')
+    print(f'the recorded drive, checked:\n{table}')
+    assert code == 0 and not wrong_rows(rows), table
 
 
 def test_the_mujoco_command_drives_the_shipped_rover_by_name():

@@ -38,7 +38,7 @@ def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind
         truth = PositionTruth('/plane/odom', domain_id)
         try:
             with sitl_plane.plane_sitl(instance=instance) as sitl:
-                record = sitl_plane.fly_circuit(sitl.mavlink_port, lambda: truth.position)
+                record = sitl_plane.fly_circuit(sitl, lambda: truth.position)
                 log = sitl.log()
         finally:
             truth.close()

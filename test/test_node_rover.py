@@ -62,7 +62,7 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
         truth = PositionTruth('/rover/odom', domain_id)
         try:
             with sitl_rover.rover_sitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
-                record, corners = sitl_rover.drive_square(sitl.mavlink_port, 20.0,
+                record, corners = sitl_rover.drive_square(sitl, 20.0,
                                                           lambda: truth.position[:2])
                 log = sitl.log()
         finally:
