@@ -22,7 +22,7 @@ from conftest import free_udp_port  # noqa: E402
 from recorded import check_recording, wrong_rows  # noqa: E402
 import sitl_flight  # noqa: E402
 import sitl_plane  # noqa: E402
-from test_mujoco_rover import serve  # noqa: E402
+from test_mujoco_rover import FRAME, recorded_loop, serve  # noqa: E402
 
 SPEED, ALTITUDE = 20.0, 100.0
 # SIM_Plane.h's set, typed here from ArduPilot's source (not read from plane.xml).
@@ -122,6 +122,50 @@ def test_gusts_vary_about_the_steady_wind_with_the_spread_asked():
     samples = np.array([wind.step(0.01).copy() for _ in range(200000)])
     assert samples.mean(axis=0) == pytest.approx((3.0, 0.0, 0.0), abs=0.1)
     assert samples.std(axis=0) == pytest.approx((1.5, 1.5, 1.5), rel=0.1)
+
+
+def rolled_flight(make_link, make_peer, recording: str, multipliers: list) -> None:
+    """
+    Fly the plane through bank steps, as ArduPlane's roll loop would; record the flight.
+
+    A roll loop of this test's own, in ArduPilot's convention: more SERVO1 PWM rolls right.
+    multipliers are the surfaces' (left and right aileron, elevator, rudder, nose wheel).
+    """
+    targets = [0.0, 0.4, -0.4, 0.3, -0.3, 0.4, -0.2]
+
+    def control(frame: int, reply) -> list:
+        aileron = 1500
+        if reply is not None:
+            w, x, y, z = reply['quaternion']
+            roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+            target = targets[min(int(frame * FRAME / 0.8), len(targets) - 1)]
+            error = math.remainder(target - roll, 2 * math.pi)
+            demand = 2.5 * error
+            aileron = int(round(1500 + 400 * min(max(demand, -1.0), 1.0)))
+        return [aileron, 1500, 1700, 1500] + [1500] * 12
+
+    recorded_loop(make_link, make_peer, 'plane', {'outputs.surfaces.multiplier': multipliers},
+                  recording, 6.0, control, in_flight)
+
+
+def test_a_recorded_flight_with_the_aileron_mapped_backwards_is_named_by_check(
+        make_link, make_peer, tmp_path):
+    pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
+                                          "rosbags (pip install '.[test]')")
+    shipped = [0.6982] * 5
+    rolled_flight(make_link, make_peer, str(tmp_path / 'right'), shipped)
+    code, table, rows = check_recording(str(tmp_path / 'right'), 'plane')
+    print(f'\nailerons as shipped:\n{table}')
+    layout = rows['layout: what SITL mixes for']
+    assert layout[0] == 'ok' and 'SERVO1 (aileron)' in layout[1], table
+    rolled_flight(make_link, make_peer, str(tmp_path / 'reversed'),
+                  [-0.6982, -0.6982] + shipped[2:])
+    code, table, rows = check_recording(str(tmp_path / 'reversed'), 'plane')
+    print(f'ailerons multiplied by -0.6982:\n{table}')
+    layout = rows['layout: what SITL mixes for']
+    assert code == 1 and 'layout: what SITL mixes for' in wrong_rows(rows), table
+    assert 'SERVO1 (aileron)' in layout[1] and 'reversed' in layout[1], table
+    assert 'reverse the aileron' in layout[2], table
 
 
 def wind_estimate_error(record, truth_enu) -> float:
