@@ -19,7 +19,7 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
 from conftest import free_udp_port  # noqa: E402
-from recorded import check_recording, wrong_rows  # noqa: E402
+from recorded import assert_layout_named, check_recording, wrong_rows  # noqa: E402
 import sitl_flight  # noqa: E402
 import sitl_plane  # noqa: E402
 from test_mujoco_rover import FRAME, recorded_loop, serve  # noqa: E402
@@ -154,18 +154,10 @@ def test_a_recorded_flight_with_the_aileron_mapped_backwards_is_named_by_check(
                                           "rosbags (pip install '.[test]')")
     shipped = [0.6982] * 5
     rolled_flight(make_link, make_peer, str(tmp_path / 'right'), shipped)
-    code, table, rows = check_recording(str(tmp_path / 'right'), 'plane')
-    print(f'\nailerons as shipped:\n{table}')
-    layout = rows['layout: what SITL mixes for']
-    assert layout[0] == 'ok' and 'SERVO1 (aileron)' in layout[1], table
     rolled_flight(make_link, make_peer, str(tmp_path / 'reversed'),
                   [-0.6982, -0.6982] + shipped[2:])
-    code, table, rows = check_recording(str(tmp_path / 'reversed'), 'plane')
-    print(f'ailerons multiplied by -0.6982:\n{table}')
-    layout = rows['layout: what SITL mixes for']
-    assert code == 1 and 'layout: what SITL mixes for' in wrong_rows(rows), table
-    assert 'SERVO1 (aileron)' in layout[1] and 'reversed' in layout[1], table
-    assert 'reverse the aileron' in layout[2], table
+    assert_layout_named(str(tmp_path / 'right'), str(tmp_path / 'reversed'), 'plane',
+                        'SERVO1 (aileron)', 'reverse the aileron')
 
 
 def wind_estimate_error(record, truth_enu) -> float:

@@ -19,9 +19,9 @@ from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: 
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model, VehicleError)
 from conftest import free_udp_port, reaped  # noqa: E402
-from recorded import check_recording, wrong_rows  # noqa: E402
-from sitl_peer import SitlPeer  # noqa: E402
+from recorded import assert_layout_named, check_recording, wrong_rows  # noqa: E402
 import sitl_flight  # noqa: E402
+from sitl_peer import SitlPeer  # noqa: E402
 import sitl_rover  # noqa: E402
 
 FRAME = 1 / 1200
@@ -166,20 +166,10 @@ def test_a_recorded_drive_with_the_steering_mapped_backwards_is_named_by_check(
         make_link, make_peer, tmp_path):
     pytest.importorskip('rosbags', reason='the drive is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
-    # The check's other rows are printed, not judged: this quick drive turns harder than
-    # ArduRover's square, and the tyres' chatter in the turns moves the gravity fit.
     steered_drive(make_link, make_peer, str(tmp_path / 'right'), -1.0)
-    code, table, rows = check_recording(str(tmp_path / 'right'), 'rover')
-    print(f'\nsteering as shipped:\n{table}')
-    layout = rows['layout: what SITL mixes for']
-    assert layout[0] == 'ok' and 'SERVO1 (steering)' in layout[1], table
     steered_drive(make_link, make_peer, str(tmp_path / 'reversed'), 1.0)
-    code, table, rows = check_recording(str(tmp_path / 'reversed'), 'rover')
-    print(f'steering multiplier +1:\n{table}')
-    layout = rows['layout: what SITL mixes for']
-    assert code == 1 and 'layout: what SITL mixes for' in wrong_rows(rows), table
-    assert 'SERVO1 (steering)' in layout[1] and 'reversed' in layout[1], table
-    assert 'reverse the steering' in layout[2], table
+    assert_layout_named(str(tmp_path / 'right'), str(tmp_path / 'reversed'), 'rover',
+                        'SERVO1 (steering)', 'reverse the steering')
 
 
 def mission_figures(record, corners, wp_speed: float, wp_radius: float = 3.0):
