@@ -222,10 +222,6 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
     # The recording of the whole drive, judged as a rover: nothing wrong.
     code, table, rows = check_recording(recording, 'rover')
     print(f'the recorded drive, checked:\n{table}')
-    if vehicle == 'rover_skid' and wrong_rows(rows) == ['gravity']:
-        # Known: the skid-steer's turns on the spot chatter its tyres, and the IMU's specific
-        # force reads about 1.3 x the odometry's acceleration (issue 23's recording item).
-        pytest.xfail('the skid-steer drive: gravity judged wrong (tyre chatter in turns)')
     assert code == 0 and not wrong_rows(rows), table
 
 

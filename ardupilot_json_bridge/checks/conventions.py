@@ -22,7 +22,7 @@ import numpy as np
 from ardupilot_json_bridge.checks import timing
 from ardupilot_json_bridge.checks.kinematics import (
     fitted_rotation, interpolated, interval_means, matrix_rpy, Motion, rms, rotation_vectors,
-    rounded_angles, ROUNDING)
+    rounded_angles, ROUNDING, second_difference_means)
 from ardupilot_json_bridge.checks.layout import layout_check
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
@@ -322,7 +322,7 @@ class ConventionChecker:
         mounting = self._fitted_mounting
         if mounting is None:
             mounting = degrees_matrix(self.mounting_rpy)
-        accel = interpolated(imu[:, 0], imu[:, 4:7], motion.inner_stamps) @ mounting.T
+        accel = odometry_paced(imu, motion) @ mounting.T
         world = np.einsum('nij,nj->ni', motion.inner_rotations, accel)
         acceleration = motion.acceleration
         kept, note = jolts_left_out(world, acceleration, motion.inner_stamps)
@@ -404,6 +404,24 @@ def calm(series: Sequence[np.ndarray], floor: float) -> np.ndarray:
         spread[shift:] |= jolt[:-shift]
         spread[:-shift] |= jolt[shift:]
     return ~spread if np.sum(~spread) >= 20 else np.ones(len(jolt), dtype=bool)
+
+
+def odometry_paced(imu: np.ndarray, motion: Motion) -> np.ndarray:
+    """
+    Return the IMU's accelerations at the odometry's inner stamps, as its acceleration sees them.
+
+    An IMU at least twice as fast as the odometry is averaged over each acceleration's two
+    odometry steps (second_difference_means); where it is slower, or does not cover both
+    steps, it is interpolated. Averaged in the body: within two odometry steps the attitude
+    turns too little to matter against gravity.
+    """
+    stamps = imu[:, 0]
+    accel = interpolated(stamps, imu[:, 4:7], motion.inner_stamps)
+    if len(stamps) < 2 or np.median(np.diff(stamps)) > np.median(np.diff(motion.stamps)) / 2:
+        return accel
+    covered = (motion.stamps[:-2] >= stamps[0]) & (motion.stamps[2:] <= stamps[-1])
+    averaged = second_difference_means(stamps, imu[:, 4:7], motion.stamps)
+    return np.where(covered[:, None], averaged, accel)
 
 
 def jolts_left_out(world: np.ndarray, acceleration: np.ndarray,

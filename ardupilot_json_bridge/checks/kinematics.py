@@ -93,6 +93,24 @@ def interval_means(stamps: np.ndarray, values: np.ndarray, starts: np.ndarray,
             / (ends - starts)[:, None])
 
 
+def second_difference_means(stamps: np.ndarray, values: np.ndarray,
+                            at: np.ndarray) -> np.ndarray:
+    """
+    Return sampled accelerations (n, k) as a second difference at stamps `at` sees them.
+
+    Motion.acceleration differences positions twice: the true acceleration averaged over
+    [at[i - 1], at[i + 1]] with a hat weight peaking at at[i]. The same difference of the
+    values' double integral weights them alike, so a vibration quicker than the odometry
+    shrinks equally on both sides of the gravity fit. One row per inner stamp of `at`.
+    """
+    steps = np.diff(stamps)[:, None]
+    zeros = np.zeros((1, values.shape[1]))
+    first = np.concatenate([zeros, np.cumsum(0.5 * (values[1:] + values[:-1]) * steps, axis=0)])
+    second = np.concatenate([zeros, np.cumsum(0.5 * (first[1:] + first[:-1]) * steps, axis=0)])
+    rate = np.diff(interpolated(stamps, second, at), axis=0) / np.diff(at)[:, None]
+    return np.diff(rate, axis=0) / np.diff((at[1:] + at[:-1]) / 2.0)[:, None]
+
+
 def rms(values: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.sum(values * values, axis=1)))) if len(values) else 0.0
 
