@@ -103,12 +103,28 @@ def second_difference_means(stamps: np.ndarray, values: np.ndarray,
     values' double integral weights them alike, so a vibration quicker than the odometry
     shrinks equally on both sides of the gravity fit. One row per inner stamp of `at`.
     """
-    steps = np.diff(stamps)[:, None]
-    zeros = np.zeros((1, values.shape[1]))
-    first = np.concatenate([zeros, np.cumsum(0.5 * (values[1:] + values[:-1]) * steps, axis=0)])
-    second = np.concatenate([zeros, np.cumsum(0.5 * (first[1:] + first[:-1]) * steps, axis=0)])
-    rate = np.diff(interpolated(stamps, second, at), axis=0) / np.diff(at)[:, None]
+    twice = double_integral(stamps, values, at)
+    rate = np.diff(twice, axis=0) / np.diff(at)[:, None]
     return np.diff(rate, axis=0) / np.diff((at[1:] + at[:-1]) / 2.0)[:, None]
+
+
+def double_integral(stamps: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """
+    Return the double integral from stamps[0] to each of `at` of values linear between samples.
+
+    Exact for that piecewise linear signal (a cubic within each step), so its second
+    differences hold however close the stamps `at` fall, within a step or across one.
+    """
+    h = np.diff(stamps)[:, None]
+    start, end = values[:-1], values[1:]
+    slope = (end - start) / h
+    zeros = np.zeros((1, values.shape[1]))
+    once = np.concatenate([zeros, np.cumsum((start + end) / 2.0 * h, axis=0)])
+    twice = np.concatenate([zeros, np.cumsum(once[:-1] * h + start * h ** 2 / 2.0
+                                             + slope * h ** 3 / 6.0, axis=0)])
+    j = np.clip(np.searchsorted(stamps, at, side='right') - 1, 0, len(stamps) - 2)
+    tau = (at - stamps[j])[:, None]
+    return twice[j] + once[j] * tau + start[j] * tau ** 2 / 2.0 + slope[j] * tau ** 3 / 6.0
 
 
 def rms(values: np.ndarray) -> float:
