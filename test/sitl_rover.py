@@ -123,11 +123,11 @@ def upload_square(flight: sitl_flight.Flight, side: float) -> List[Point]:
     raise RuntimeError('the mission upload got no MISSION_ACK within 30 s')
 
 
-def drive_square(port: int, side: float, truth: Callable[[], Point],
+def drive_square(sitl: sitl_flight.Sitl, side: float, truth: Callable[[], Point],
                  timeout: float = 300.0) -> Tuple[DriveRecord, List[Point]]:
     """EKF ready, upload the square, arm, AUTO; sample truth (east, north) until home."""
     started = time.monotonic()
-    flight = sitl_flight.Flight(port)
+    flight = sitl_flight.Flight(sitl)
     record = DriveRecord()
     corners: List[Point] = []
     try:
@@ -151,6 +151,7 @@ def drive_square(port: int, side: float, truth: Callable[[], Point],
             message = mav.recv_match(blocking=True, timeout=0.05)
             record.track.append(truth())
             if message is None:
+                sitl.check_alive()
                 continue
             kind = message.get_type()
             if kind == 'STATUSTEXT':

@@ -133,7 +133,7 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
     try:
         with sitl_rover.rover_sitl(instance=4, speedup=3, skid=vehicle == 'rover_skid') as sitl:
             record, corners = sitl_rover.drive_square(
-                sitl.mavlink_port, 20.0, lambda: tuple(model.state().position[:2]))
+                sitl, 20.0, lambda: tuple(model.state().position[:2]))
             log = sitl.log()
     finally:
         link.stop()
