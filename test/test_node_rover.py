@@ -49,7 +49,7 @@ def stopped(node, sim) -> Tuple[str, str]:
                            'and rover.parm')
 @pytest.mark.parametrize('vehicle, wp_speed', [('rover', 5.0), ('rover_skid', 3.0)])
 def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed):
-    domain_id = 70 + len(vehicle)
+    domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
                        ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     instance = 5
