@@ -11,7 +11,8 @@ layouts differ, and the fix is SITL's FRAME_CLASS and FRAME_TYPE.
 
 A plane: the aileron channel's PWM away from its trim must roll the way ArduPlane means
 (higher PWM rolls right). A rover: while it moves forward, more steering PWM turns right
-(a falling yaw rate in FLU); reversing flips it.
+(a falling yaw rate in FLU), apart from what SERVO3 does (throttle, or a skid-steer's
+right side: its SERVO1 is the left); reversing flips it.
 """
 
 import math
@@ -274,9 +275,20 @@ def rover_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray
     # Right is a falling FLU yaw rate going forward, a rising one in reverse.
     response = -yaw_rate[moving] * np.sign(speed[moving])
     deflection = steering[moving]
+    if pwm.shape[1] >= 3:
+        # SERVO3 (throttle, or a skid-steer's right side) taken out of both: a skid-steer's
+        # SERVO1 is its left side, whose share in a turn is what it does apart from SERVO3.
+        deflection, response = apart_from(pwm[moving, 2].astype(float), deflection, response)
     return sign_check('SERVO1 (steering)', deflection, response, 'turning right',
                       'reverse the steering: SERVO1_REVERSED in SITL, or the sign of the '
                       "model's steering joints (higher PWM must turn right)")[0]
+
+
+def apart_from(other: np.ndarray, *series: np.ndarray) -> Tuple[np.ndarray, ...]:
+    """Return each series less its least-squares fit on other (and a constant)."""
+    design = np.stack([other, np.ones(len(other))], axis=1)
+    return tuple(values - design @ np.linalg.lstsq(design, values, rcond=None)[0]
+                 for values in series)
 
 
 def layout_check(vehicle: Optional[str], pwm: np.ndarray, imu: np.ndarray,
