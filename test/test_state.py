@@ -277,6 +277,7 @@ def test_meters_count_and_rate():
 
 @pytest.mark.parametrize('clock_name, odometry_start', [
     ('simulated time', 1100.0),             # 1000 s off: another simulated clock
+    ('simulated time', 101.5),              # 1.5 s off: more than any input lags
     ('wall-clock time', None)])             # stamped with the wall clock (time.time())
 def test_odometry_on_another_clock_is_refused_without_carrying_and_named(
         monkeypatch, clock_name, odometry_start):
@@ -311,6 +312,44 @@ def test_odometry_on_another_clock_is_refused_without_carrying_and_named(
     state.push_odometry(odometry(100.018))
     state.push_imu(imu(100.020))
     assert isinstance(state.wait_for_stamp(100.020, 0.0), Instant)
+
+
+def test_odometry_late_on_the_same_clock_is_a_warning_not_another_clock():
+    # One simulated clock; odometry at 20 Hz, stamped 0.3 s behind the IMU, still arriving.
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    for i in range(1000):
+        stamp = 100.0 + i * 0.001
+        state.push_imu(imu(stamp))
+        if i % 50 == 0:
+            state.push_odometry(odometry(stamp - 0.3))
+        clock.now += 0.001
+    result = state.wait_for_stamp(100.999, 0.0)
+    # Newest odometry: i = 950, 100.950 - 0.3 = 100.650; 100.999 - 100.650 = 0.349 s.
+    assert isinstance(result, Unavailable) and result.input == 'odometry'
+    assert result.level == logging.WARNING, result.reason
+    assert 'odometry lags the IMU by 0.349 s: published too rarely or stamped late' in \
+        result.reason, result.reason
+    assert 'clock' not in result.reason, result.reason
+
+
+def test_lock_step_waits_for_odometry_published_after_the_imu_sample():
+    # Odometry at ~3 Hz on the IMU's clock; the one for 1.050 s comes 50 ms after its IMU.
+    state = SensorState(LOCK_STEP)
+    for i in range(701):
+        state.push_imu(imu(i * 0.001))
+        if i % 350 == 0:
+            state.push_odometry(odometry(i * 0.001))
+    first = state.wait_for_sample(0, 1.0)
+    assert isinstance(first, Instant) and first.stamp == pytest.approx(0.7)
+    for i in range(701, 1051):
+        state.push_imu(imu(i * 0.001))
+    late = threading.Timer(0.05, lambda: state.push_odometry(odometry(1.050)))
+    late.start()
+    result = state.wait_for_sample(first.sequence + 349, 10.0)
+    late.join()
+    assert isinstance(result, Instant), result
+    assert result.stamp == pytest.approx(1.050)
 
 
 def test_odometry_that_stopped_is_not_blamed_on_clocks():

@@ -19,8 +19,8 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ardupilot_json_bridge.core.alignment import (
-    Appended, History, imu_at, imu_from_odometry, odometry_at)
-from ardupilot_json_bridge.core.clocks import clocks_apart
+    Appended, History, imu_at, imu_from_odometry, odometry_at, RESET_JUMP)
+from ardupilot_json_bridge.core.clocks import clocks_apart, clocks_differ
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
@@ -271,8 +271,8 @@ class SensorState:
         Block until the primary sample after sequence after can be served; its instant.
 
         When SITL lags the newest sample by more than max_backlog, the newest is served. A
-        sample without odometry near it waits for odometry until the timeout, unless the
-        odometry is on another clock and waiting cannot help.
+        sample without odometry near it waits for odometry until the timeout (late odometry
+        may still come), unless the odometry is on another clock and waiting cannot help.
         """
         deadline = self._clock() + timeout
         with self._condition:
@@ -323,9 +323,10 @@ class SensorState:
 
     def _odometry_too_far(self, gap: float, sequence: int) -> Unavailable:
         """
-        Why the nearest odometry is further than max_odometry_lag: stopped, or another clock.
+        Why the nearest odometry is further than max_odometry_lag: stopped, late or another clock.
 
         Decided from the newest samples alone, before any carrying: its cost grows with the gap.
+        Only another clock is an ERROR; odometry that is merely late may still arrive.
         """
         reason = (f'nearest sample is {gap:.3f} s from the instant (max_odometry_lag '
                   f'{self.settings.max_odometry_lag} s)')
@@ -333,9 +334,15 @@ class SensorState:
         if age is not None and age > STILL_PUBLISHED:
             return Unavailable(ODOMETRY, f'{reason}; none received for {age:.2f} s (odometry '
                                          'stopped?)', sequence)
-        apart = clocks_apart(ODOMETRY, self._odometry.newest_stamp, 'IMU',
-                             self._imu.newest_stamp, time.time())
-        return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+        odometry, imu = self._odometry.newest_stamp, self._imu.newest_stamp
+        wall_now = time.time()
+        if clocks_differ(odometry, imu, wall_now, RESET_JUMP):
+            apart = clocks_apart(ODOMETRY, odometry, 'IMU', imu, wall_now)
+            return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+        side = 'lags' if odometry <= imu else 'is ahead of'
+        return Unavailable(ODOMETRY, f'{reason}: odometry {side} the IMU by '
+                                     f'{abs(imu - odometry):.3f} s: published too rarely or '
+                                     'stamped late', sequence)
 
     def count_unanswered(self, unavailable: Unavailable) -> None:
         """Count a frame left unanswered for the input at fault, and keep the reason."""
