@@ -383,3 +383,16 @@ def test_histories_grow_with_a_backlog_raised_while_running():
     lag = SensorState(short)
     lag.settings = replace(short, max_odometry_lag=3.0)
     assert isinstance(instant_behind(lag), Instant)
+
+
+def test_two_clocks_are_told_from_a_simulation_restarting():
+    state = SensorState(StateSettings())
+    for stamp in (5.0, 5.001, 0.0, 0.001):        # a restart (looping bag): back only
+        state.push_imu(imu(stamp))
+    assert state.resets == 1 and state.two_clocks is None
+    for stamp in (50.0, 0.002, 50.001):           # forward 50 s, back 50 s: two clocks
+        state.push_imu(imu(stamp))
+    assert state.two_clocks == (50.0, 0.002)
+    for stamp in (48.0, 46.0):                    # then restarts without a jump forward
+        state.push_imu(imu(stamp))
+    assert state.resets == 4 and state.two_clocks is None

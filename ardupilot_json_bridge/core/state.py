@@ -120,6 +120,8 @@ class SensorState:
         self._sequence = 0
         self._served = 0
         self._resets = 0
+        self._jumped_forward = False
+        self._two_clocks: Optional[Tuple[float, float]] = None
         self._closed = False
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
@@ -151,6 +153,16 @@ class SensorState:
         """How many times the primary input's stamps jumped back (simulation resets)."""
         return self._resets
 
+    @property
+    def two_clocks(self) -> Optional[Tuple[float, float]]:
+        """
+        Newest stamps of both clocks when the last reset came after a jump forward, else None.
+
+        The primary's stamps jumping forward then back by more than RESET_JUMP are two
+        publishers on one topic with two clocks, not a simulation restarting.
+        """
+        return self._two_clocks
+
     def _record(self, name: str, stamp: float, outcome: str, newest: Optional[float]) -> bool:
         """Meter one sample; warn (rate-limited) and return False if it was refused."""
         meter = self.meters[name]
@@ -170,12 +182,14 @@ class SensorState:
             return
         with self._condition:
             newest = self._imu.newest_stamp
+            self._note_jump(sample.stamp, newest)
             self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
 
     def push_odometry(self, sample: OdometrySample) -> None:
         with self._condition:
             newest = self._odometry.newest_stamp
             if self.settings.odometry_only:
+                self._note_jump(sample.stamp, newest)
                 derived = imu_from_odometry(self._odometry, sample)
                 outcome = self._odometry.append(sample.stamp, sample)
                 if outcome is Appended.RESET:
@@ -186,6 +200,16 @@ class SensorState:
             elif self._record(ODOMETRY, sample.stamp,
                               self._odometry.append(sample.stamp, sample), newest):
                 self._condition.notify_all()
+
+    def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
+        """Tell a primary clock jump back after one forward (two clocks) from a reset."""
+        if newest is None:
+            return
+        if stamp - newest > RESET_JUMP:
+            self._jumped_forward = True
+        elif newest - stamp > RESET_JUMP:
+            self._two_clocks = (newest, stamp) if self._jumped_forward else None
+            self._jumped_forward = False
 
     def _push_primary(self, name: str, sample: ImuSample, outcome: str,
                       newest: Optional[float]) -> None:
