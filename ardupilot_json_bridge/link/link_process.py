@@ -74,6 +74,8 @@ class LinkProcess:
         when raw_pwm_topic is set.
         """
         self.logger = logger
+        # Publishing fails per frame while it fails at all (rclpy shutting down): said once.
+        self.warnings = RateLimitedLog(logger)
         self.on_pwm = on_pwm
         self.on_recorded = on_recorded
         self.stats = LinkStats()
@@ -159,7 +161,8 @@ class LinkProcess:
                 try:
                     self.on_pwm(pwm, frame_rate)
                 except Exception as error:
-                    self.logger.error(f'publishing actuator commands failed: {error!r}')
+                    self.warnings.error('on_pwm', f'publishing actuator commands failed: '
+                                                  f'{error!r}')
             elif kind == RECORDED:
                 self._publish_recorded(body)
             elif kind == STATS:
@@ -181,7 +184,7 @@ class LinkProcess:
                 self.on_recorded(batch[at + 2:at + 2 + size])
                 at += 2 + size
         except Exception as error:
-            self.logger.error(f'publishing the raw PWM failed: {error!r}')
+            self.warnings.error('on_recorded', f'publishing the raw PWM failed: {error!r}')
 
     def close(self, timeout: float = 3.0) -> None:
         """Stop the child (closing its channel) and wait for it."""

@@ -1,0 +1,50 @@
+"""The link in its own process: what the parent does with what the child sends back."""
+
+import logging
+import socket
+import time
+
+from ardupilot_json_bridge.link.link_process import LinkProcess
+from sitl_peer import SitlPeer
+
+
+def wait_for(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_publish_failures_are_logged_once_not_per_frame(caplog):
+    # rclpy shutting down: every publish raises. Each frame's PWM and each servo_pwm batch
+    # fails; one ERROR line for each, not one per frame or batch.
+    calls = {'pwm': 0, 'recorded': 0}
+
+    def fail(kind):
+        def publish(*_):
+            calls[kind] += 1
+            raise RuntimeError('publisher destroyed')
+        return publish
+
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(('127.0.0.1', 0))
+    logger = logging.getLogger('test.link_process.publish')
+    link = LinkProcess({'port': udp.getsockname()[1], 'raw_pwm_topic': 'servo_pwm',
+                        'fresh_timeout': 0.001}, udp, fail('pwm'), logger, fail('recorded'))
+    peer = SitlPeer(udp.getsockname()[1])
+    try:
+        with caplog.at_level(logging.INFO, logger='test.link_process.publish'):
+            for frame in range(1, 201):
+                peer.send(frame, pwm=[1000 + frame] * 16)
+                time.sleep(0.002)
+            assert wait_for(lambda: calls['pwm'] >= 20 and calls['recorded'] >= 5), calls
+    finally:
+        peer.close()
+        link.close()
+        udp.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len([e for e in errors if 'actuator commands failed' in e]) == 1, errors[:3]
+    assert len([e for e in errors if 'raw PWM failed' in e]) == 1, errors[:3]
+    assert "RuntimeError('publisher destroyed')" in errors[0], errors[0]
