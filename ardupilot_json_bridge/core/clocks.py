@@ -19,7 +19,7 @@ def clock_name(stamp: float, wall_now: float) -> str:
 def clocks_differ(stamp: float, reference_stamp: float, wall_now: float,
                   tolerance: float) -> bool:
     """
-    True if two inputs' newest stamps cannot come from one clock.
+    Tell whether two inputs' newest stamps cannot come from one clock.
 
     They differ by more than tolerance (no input lags another that long), or one is near the
     wall clock and the other is not.
