@@ -396,3 +396,41 @@ def test_two_clocks_are_told_from_a_simulation_restarting():
     for stamp in (48.0, 46.0):                    # then restarts without a jump forward
         state.push_imu(imu(stamp))
     assert state.resets == 4 and state.two_clocks is None
+
+
+def test_a_clock_jump_back_under_a_second_is_a_reset_after_five_late_samples():
+    history = History(keep=2.0)
+    for i in range(801):
+        assert history.append(i * 0.001, i) == 'added'
+    # Restarted 0.5 s back (less than RESET_JUMP): four samples dropped, the fifth restarts.
+    outcomes = [history.append(0.3 + i * 0.001, -i) for i in range(5)]
+    assert outcomes == ['late', 'late', 'late', 'late', 'reset']
+    assert history.stamps == [pytest.approx(0.304)]
+    assert history.append(0.305, -5) == 'added'
+
+
+def test_late_samples_out_of_order_or_few_are_no_reset():
+    history = History(keep=2.0)
+    for i in range(10):
+        history.append(1.0 + i * 0.01, i)
+    # Four delivered late in order, then the newest clock resumes: no reset.
+    assert [history.append(s, 0) for s in (1.01, 1.02, 1.03, 1.04)] == ['late'] * 4
+    assert history.append(1.10, 10) == 'added'
+    # Six late ones that do not go forward among themselves: no clock of their own.
+    assert [history.append(s, 0) for s in (1.05, 1.04, 1.03, 1.02, 1.01, 1.0)] == ['late'] * 6
+    assert history.newest_stamp == 1.10
+
+
+def test_the_state_serves_the_new_clock_after_a_small_jump_back():
+    state = SensorState(StateSettings())
+    for i in range(801):
+        state.push_imu(imu(i * 0.001))
+        state.push_odometry(odometry(i * 0.001))
+    turning = (0.1, 0.0, 0.0)
+    for i in range(1, 801):                 # restarted at 0.001 s, now turning
+        state.push_imu(imu(i * 0.001, gyro=turning))
+        state.push_odometry(odometry(i * 0.001, gyro=turning))
+    assert state.resets == 1
+    assert state.meters['imu'].out_of_order == 4
+    result = state.wait_for_stamp(0.5, 0.0)
+    assert isinstance(result, Instant) and result.gyro == pytest.approx(turning)

@@ -202,14 +202,9 @@ class SensorState:
                 self._condition.notify_all()
 
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
-        """Tell a primary clock jump back after one forward (two clocks) from a reset."""
-        if newest is None:
-            return
-        if stamp - newest > RESET_JUMP:
+        """Note a primary stamp jumping forward: a jump back after it is two clocks."""
+        if newest is not None and stamp - newest > RESET_JUMP:
             self._jumped_forward = True
-        elif newest - stamp > RESET_JUMP:
-            self._two_clocks = (newest, stamp) if self._jumped_forward else None
-            self._jumped_forward = False
 
     def _push_primary(self, name: str, sample: ImuSample, outcome: str,
                       newest: Optional[float]) -> None:
@@ -217,6 +212,8 @@ class SensorState:
             return
         if outcome is Appended.RESET:
             self._resets += 1
+            self._two_clocks = (newest, sample.stamp) if self._jumped_forward else None
+            self._jumped_forward = False
         self._sequence += 1
         self._condition.notify_all()
 
