@@ -3,8 +3,10 @@ MuJoCo quad X simulators and their bridges: ros2 launch ardupilot_json_bridge mu
 
 The Gazebo quick start that runs anywhere: vehicle k (k = first_instance ...) is a mujoco_sim
 and a bridge in namespace <namespace_prefix><k>, serving SITL instance k on UDP 9002 + 10 k
-(sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 -I k). One vehicle runs on
-/clock; in a fleet each vehicle is a simulation of its own, on /<namespace>/clock.
+(sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 -I k
+--add-param-file=<share>/config/quad_x.parm: copter.parm alone mixes for a PLUS). One
+vehicle runs on /clock; in a fleet each vehicle is a simulation of its own, on
+/<namespace>/clock.
 """
 
 import os

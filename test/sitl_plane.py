@@ -49,22 +49,25 @@ def circle(track: List[Point3]) -> Tuple[float, float, float, float]:
     return east, north, mean, max(abs(r - mean) for r in radii)
 
 
-def fly_circuit(port: int, truth: Callable[[], Point3], altitude: float = 50.0,
+def fly_circuit(sitl: sitl_flight.Sitl, truth: Callable[[], Point3], altitude: float = 50.0,
                 loiter_seconds: float = 40.0, rtl_seconds: float = 30.0,
                 timeout: float = 400.0) -> CircuitRecord:
     """EKF ready, arm, TAKEOFF to altitude, LOITER for loiter_seconds, RTL; sim seconds."""
     started = time.monotonic()
-    flight = sitl_flight.Flight(port)
+    flight = sitl_flight.Flight(sitl)
+    # One deadline for the whole circuit: a SITL that stops sending must not hold every
+    # phase for the full timeout in turn.
+    finish = started + timeout
     record = CircuitRecord()
     mav = flight.mav
 
     def pump_for(seconds: float, into: List[Point3]) -> None:
         begin = flight.boot_ms
-        deadline = time.monotonic() + timeout
-        while flight.boot_ms - begin < seconds * 1000 and time.monotonic() < deadline:
+        while flight.boot_ms - begin < seconds * 1000 and time.monotonic() < finish:
             message = mav.recv_match(blocking=True, timeout=0.1)
             into.append(truth())
             if message is None:
+                sitl.check_alive()
                 continue
             kind = message.get_type()
             if kind == 'STATUSTEXT':
@@ -90,7 +93,7 @@ def fly_circuit(port: int, truth: Callable[[], Point3], altitude: float = 50.0,
             return record
         flight.set_mode('TAKEOFF')
         deadline = time.monotonic() + timeout / 3
-        while time.monotonic() < deadline:
+        while time.monotonic() < min(deadline, finish):
             pump_for(0.5, record.takeoff)
             if record.takeoff and record.takeoff[-1][2] > altitude - 2.0:
                 record.took_off = True

@@ -73,20 +73,22 @@ def turn_margin(wp_radius: float, wp_speed: float, turn_max_g: float = 0.6) -> f
 def cross_track_errors(track: Sequence[Point], corners: Sequence[Point],
                        margin: float) -> List[float]:
     """
-    Distance of each track point from the leg it is on, away from the legs' ends.
+    Distance of each track point from the nearest leg it is beside, away from the legs' ends.
 
-    A point belongs to leg a-b while it lies between a and b along the leg, more than margin
-    from both, and within margin of the line.
+    A point is beside leg a-b while it lies between a and b along the leg, more than margin
+    from both; however far it strays across, its error is its distance from the nearest such
+    leg (a point beside no leg is at a corner, judged by worst_path_distance).
     """
-    errors = []
+    legs = []
     for (ax, ay), (bx, by) in zip(corners, corners[1:]):
         length = math.hypot(bx - ax, by - ay)
-        ux, uy = (bx - ax) / length, (by - ay) / length
-        for x, y in track:
-            along = (x - ax) * ux + (y - ay) * uy
-            across = -(x - ax) * uy + (y - ay) * ux
-            if margin < along < length - margin and abs(across) < margin:
-                errors.append(abs(across))
+        legs.append((ax, ay, (bx - ax) / length, (by - ay) / length, length))
+    errors = []
+    for x, y in track:
+        beside = [abs(-(x - ax) * uy + (y - ay) * ux) for ax, ay, ux, uy, length in legs
+                  if margin < (x - ax) * ux + (y - ay) * uy < length - margin]
+        if beside:
+            errors.append(min(beside))
     return errors
 
 
@@ -123,11 +125,11 @@ def upload_square(flight: sitl_flight.Flight, side: float) -> List[Point]:
     raise RuntimeError('the mission upload got no MISSION_ACK within 30 s')
 
 
-def drive_square(port: int, side: float, truth: Callable[[], Point],
+def drive_square(sitl: sitl_flight.Sitl, side: float, truth: Callable[[], Point],
                  timeout: float = 300.0) -> Tuple[DriveRecord, List[Point]]:
     """EKF ready, upload the square, arm, AUTO; sample truth (east, north) until home."""
     started = time.monotonic()
-    flight = sitl_flight.Flight(port)
+    flight = sitl_flight.Flight(sitl)
     record = DriveRecord()
     corners: List[Point] = []
     try:
@@ -151,6 +153,7 @@ def drive_square(port: int, side: float, truth: Callable[[], Point],
             message = mav.recv_match(blocking=True, timeout=0.05)
             record.track.append(truth())
             if message is None:
+                sitl.check_alive()
                 continue
             kind = message.get_type()
             if kind == 'STATUSTEXT':

@@ -8,12 +8,14 @@ live judge read the PWM from a recording and from the MuJoCo lock-step.
 
 from functools import lru_cache
 import logging
+import math
 import subprocess
 import sys
 from typing import List, Optional
 
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.checks.layout import NAME, quad_verdict
@@ -103,6 +105,28 @@ def test_a_reversed_steering_channel_is_named_and_a_right_one_is_ok(seed):
     assert layout(reversed_checks).verdict == WRONG, format_table(reversed_checks)
     assert 'steering' in layout(reversed_checks).fix
     checks = judged(drive_rover(seed=seed), 'rover')
+    assert layout(checks).verdict == OK, format_table(checks)
+    assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
+
+
+@pytest.mark.parametrize('frame', ['child', 'world'])
+def test_a_rover_heading_west_with_its_twist_in_either_frame_steers_right(frame):
+    # The same right-wired drive turned to head west, its twist published in the child frame
+    # or (odom_twist_frame: world) in the ENU world: the world twist read as the body's once
+    # called the steering reversed.
+    drive = mixed_flight.drive_rover(seed=1)
+    west = Rotation.from_euler('z', math.pi)
+    checker = ConventionChecker(window=30.0, vehicle='rover', odom_twist_frame=frame)
+    for sample in drive.imu:
+        checker.add_imu(*sample)
+    for stamp, position, orientation, twist in drive.odometry:
+        attitude = west * Rotation.from_quat(orientation)
+        published = attitude.apply(twist) if frame == 'world' else twist
+        checker.add_odometry(stamp, tuple(west.apply(position)), tuple(attitude.as_quat()),
+                             tuple(published))
+    for sample in drive.pwm:
+        checker.add_pwm(*sample)
+    checks = checker.checks()
     assert layout(checks).verdict == OK, format_table(checks)
     assert not [c for c in checks if c.verdict == WRONG], format_table(checks)
 
@@ -199,4 +223,9 @@ def test_a_quad_spinning_up_in_yaw_is_no_timing_fault():
     # was called wrong: a yaw sign alone is never a fault.
     ('H', 'X', UNDECIDED), ('X', None, UNDECIDED), (None, 'X', UNDECIDED)])
 def test_only_roll_and_pitch_decide_a_quad_layout(vehicle, sitl, verdict):
-    assert quad_verdict(vehicle, sitl, 'figures').verdict == verdict
+    check = quad_verdict(vehicle, sitl, 'figures')
+    assert check.verdict == verdict
+    if verdict == WRONG:
+        # FRAME_TYPE from AP_Motors_Class.h: 0 PLUS, 1 X (never 3, H, from a yaw fit).
+        expected = {'X': 1, 'H': 1, 'PLUS': 0}[vehicle]
+        assert f'FRAME_CLASS 1 and FRAME_TYPE {expected} ' in check.fix, check.fix

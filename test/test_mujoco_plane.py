@@ -168,7 +168,7 @@ def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind():
     link.start()
     try:
         with sitl_plane.plane_sitl(instance=6, speedup=3) as sitl:
-            record = sitl_plane.fly_circuit(sitl.mavlink_port,
+            record = sitl_plane.fly_circuit(sitl,
                                             lambda: tuple(model.state().position))
             log = sitl.log()
     finally:

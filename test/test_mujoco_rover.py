@@ -94,6 +94,16 @@ def test_skid_steer_left_faster_turns_right_and_equal_drives_straight(make_link,
     assert np.mean([reply['imu.gyro'][2] for reply in left[-600:]]) < -0.2
 
 
+@pytest.mark.parametrize('stray, expected', [(0.0, 0.0), (0.6, 0.6), (8.0, 8.0)])
+def test_the_cross_track_error_counts_a_stray_mid_leg_however_far(stray, expected):
+    # A 20 m square, the track on its first leg but `stray` m off for its middle 2 m: the
+    # error is the stray, by hand (a filter on the distance across once hid an 8 m one).
+    corners = [(0.0, 0.0), (20.0, 0.0), (20.0, 20.0), (0.0, 20.0), (0.0, 0.0)]
+    track = [(x / 2, stray if 9.0 <= x / 2 <= 11.0 else 0.0) for x in range(41)]
+    errors = sitl_rover.cross_track_errors(track, corners, sitl_rover.turn_margin(3.0, 5.0))
+    assert max(errors) == pytest.approx(expected)
+
+
 def test_a_preset_that_does_not_fit_the_model_is_refused_with_the_actuators_named():
     config = load_config(default_preset('mujoco_rover_skid.yaml'), '', {})
     vehicle = MujocoVehicle(shipped_model('rover')[0])
@@ -133,7 +143,7 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
     try:
         with sitl_rover.rover_sitl(instance=4, speedup=3, skid=vehicle == 'rover_skid') as sitl:
             record, corners = sitl_rover.drive_square(
-                sitl.mavlink_port, 20.0, lambda: tuple(model.state().position[:2]))
+                sitl, 20.0, lambda: tuple(model.state().position[:2]))
             log = sitl.log()
     finally:
         link.stop()

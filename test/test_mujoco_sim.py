@@ -68,10 +68,12 @@ class Output:
         return ''.join(self.lines)
 
 
-def simulator(namespace: str) -> subprocess.Popen:
+def simulator(namespace: str, *parameters: str) -> subprocess.Popen:
+    arguments = [item for parameter in parameters for item in ('-p', parameter)]
     return subprocess.Popen(
         [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco-sim', '--ros-args', '-r',
-         f'__ns:={namespace}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         f'__ns:={namespace}', *arguments], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
 
 
 def listen(process: subprocess.Popen, subscribe: Callable[[Any], None],
@@ -137,6 +139,27 @@ def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
         assert (twist.linear.x, twist.linear.y, twist.linear.z) == pytest.approx(
             (0.0, 0.0, 0.0), abs=1e-2)
     assert {(m.header.frame_id, m.child_frame_id) for m in odometry} == {('odom', 'base_link')}
+
+
+def test_numbers_given_as_integers_are_taken():
+    # imu_rate:=250 and wind:=[5, 0, 0] are integers to ROS: declared as doubles, they ended
+    # the simulator with an InvalidParameterTypeException traceback.
+    from geometry_msgs.msg import Vector3Stamped
+    from nav_msgs.msg import Odometry
+    odometry, wind = [], []
+
+    def subscribe(node) -> None:
+        node.create_subscription(Odometry, '/integers/odom', odometry.append, 100)
+        node.create_subscription(Vector3Stamped, '/integers/wind', wind.append, 100)
+
+    output = listen(simulator('/integers', 'vehicle:=plane', 'imu_rate:=250', 'odom_rate:=50',
+                              'wind:=[5, 0, 0]', 'gust:=0'), subscribe,
+                    lambda: len(odometry) >= 20 and len(wind) >= 20)
+    assert len(odometry) >= 20 and len(wind) >= 20, output
+    assert 'Traceback' not in output, output
+    stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in odometry]
+    assert min(b - a for a, b in zip(stamps, stamps[1:])) == pytest.approx(0.02, abs=1e-6)
+    assert {(m.vector.x, m.vector.y, m.vector.z) for m in wind} == {(5.0, 0.0, 0.0)}
 
 
 def test_a_fleet_of_two_publishes_each_vehicle_in_its_namespace_and_takes_its_commands():

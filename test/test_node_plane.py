@@ -25,7 +25,7 @@ from test_node_rover import CONFIG, PositionTruth, stopped  # noqa: E402
                     reason='real ArduPlane: set ARDUPILOT_SITL_DIR to a folder with arduplane '
                            'and plane.parm')
 def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind():
-    domain_id = 83
+    domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
                        ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     instance, wind = 7, (-5.0, 0.0, 0.0)
@@ -38,7 +38,7 @@ def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind
         truth = PositionTruth('/plane/odom', domain_id)
         try:
             with sitl_plane.plane_sitl(instance=instance) as sitl:
-                record = sitl_plane.fly_circuit(sitl.mavlink_port, lambda: truth.position)
+                record = sitl_plane.fly_circuit(sitl, lambda: truth.position)
                 log = sitl.log()
         finally:
             truth.close()

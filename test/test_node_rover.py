@@ -49,7 +49,7 @@ def stopped(node, sim) -> Tuple[str, str]:
                            'and rover.parm')
 @pytest.mark.parametrize('vehicle, wp_speed', [('rover', 5.0), ('rover_skid', 3.0)])
 def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed):
-    domain_id = 70 + len(vehicle)
+    domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
                        ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     instance = 5
@@ -62,7 +62,7 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
         truth = PositionTruth('/rover/odom', domain_id)
         try:
             with sitl_rover.rover_sitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
-                record, corners = sitl_rover.drive_square(sitl.mavlink_port, 20.0,
+                record, corners = sitl_rover.drive_square(sitl, 20.0,
                                                           lambda: truth.position[:2])
                 log = sitl.log()
         finally:

@@ -2,9 +2,9 @@
 The README's ROS 2 section is what CI runs: each of its commands is run by a test.
 
 Every command line of the section's code blocks must appear in the sources of the tests that
-run them (test/ros2, the node tests, .ci/ros2), word by word: its executable and verb, each
-option and each name:= argument. The few that cannot run here say why, below and in the
-README.
+run them (test/ros2, the node, fleet and mujoco_sim tests, .ci/ros2), word by word: its
+executable and verb, each option and each name:= argument. The few that cannot run here say
+why, below and in the README.
 """
 
 import glob
@@ -59,7 +59,8 @@ def test_readme_has_ros_commands():
 
 def test_every_ros_command_of_the_readme_is_run_by_a_test():
     sources = {}
-    for pattern in ('test/ros2/*.py', 'test/ros2_tools.py', 'test/test_node*.py', '.ci/ros2'):
+    for pattern in ('test/ros2/*.py', 'test/ros2_tools.py', 'test/test_node*.py', '.ci/ros2',
+                    'test/test_mujoco_fleet.py', 'test/test_mujoco_sim.py'):
         for path in glob.glob(os.path.join(ROOT, pattern)):
             with open(path) as stream:
                 sources[os.path.relpath(path, ROOT)] = stream.read()

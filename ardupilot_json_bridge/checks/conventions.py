@@ -25,7 +25,8 @@ from ardupilot_json_bridge.checks.kinematics import (
     rounded_angles, ROUNDING)
 from ardupilot_json_bridge.checks.layout import layout_check
 from ardupilot_json_bridge.checks.verdicts import Check, OK, UNDECIDED, WRONG
-from ardupilot_json_bridge.core.frames import rpy_to_matrix, STANDARD_GRAVITY as GRAVITY
+from ardupilot_json_bridge.core.frames import (
+    quaternion_matrices, rpy_to_matrix, STANDARD_GRAVITY as GRAVITY)
 
 # Motion needed to decide: rotation (rad/s), horizontal or vertical acceleration (m/s^2) and
 # speed (m/s), as RMS over the window.
@@ -202,8 +203,16 @@ class ConventionChecker:
         results += self._time_checks(imu, motion, clock)
         if len(pwm):
             results.append(layout_check(self.vehicle, advancing(pwm), imu, odometry,
-                                        motion.roll_pitch_frd()))
+                                        motion.roll_pitch_frd(), self._forward(odometry)))
         return results
+
+    def _forward(self, odometry: np.ndarray) -> np.ndarray:
+        """Return the speed along the body's x axis: the twist, turned into the body if need be."""
+        twist = odometry[:, 8:11]
+        if self.twist_frame == 'world':
+            body_to_world = quaternion_matrices(odometry[:, [7, 4, 5, 6]])
+            twist = np.einsum('nji,nj->ni', body_to_world, twist)
+        return twist[:, 0]
 
     def _time_checks(self, imu: np.ndarray, motion: Motion, clock: np.ndarray) -> List[Check]:
         """Rates, the IMU-to-odometry offset and the clock, in the units already found."""

@@ -148,10 +148,12 @@ def quad_verdict(vehicle: Optional[str], sitl: Optional[str], measured: str) -> 
     if vehicle is None or sitl is None:
         return Check(NAME, UNDECIDED, measured + ': no single QUAD layout fits both')
     if ROLL_PITCH_OF[sitl] != ROLL_PITCH_OF[vehicle]:
+        # Advised by roll and pitch only: the body's yaw answer does not tell an H from an X.
+        advised = ROLL_PITCH_OF[vehicle]
         return Check(NAME, WRONG, f'SITL mixes for QUAD/{sitl}, the vehicle responds as '
                                   f'QUAD/{vehicle} ({measured})',
-                     f'set FRAME_CLASS 1 and FRAME_TYPE {QUAD_LAYOUTS[vehicle][0]} '
-                     f"(QUAD/{vehicle}) in SITL's parameters, or give the vehicle the "
+                     f'set FRAME_CLASS 1 and FRAME_TYPE {QUAD_LAYOUTS[advised][0]} '
+                     f"(QUAD/{advised}) in SITL's parameters, or give the vehicle the "
                      f'motor order of QUAD/{sitl}')
     if vehicle != sitl:
         return Check(NAME, UNDECIDED, f'the vehicle responds as QUAD/{vehicle}, SITL mixes '
@@ -278,12 +280,13 @@ def rover_check(pwm_stamps: np.ndarray, pwm: np.ndarray, gyro_stamps: np.ndarray
 
 
 def layout_check(vehicle: Optional[str], pwm: np.ndarray, imu: np.ndarray,
-                 odometry: np.ndarray, attitude: np.ndarray) -> Check:
+                 odometry: np.ndarray, attitude: np.ndarray, forward: np.ndarray) -> Check:
     """
     Return the layout verdict of a window of samples.
 
     PWM rows (stamp, channels...), IMU rows (stamp, gyro, accel), odometry rows (stamp,
-    position, x-y-z-w, twist), FRD roll and pitch (rad) at the odometry stamps. vehicle:
+    position, x-y-z-w, twist), FRD roll and pitch (rad) and the speed along the body's x axis
+    (m/s) at the odometry stamps. vehicle:
     'copter', 'plane', 'rover' or None (a copter's layouts are tried, and a vehicle none fits
     is left undecided).
     """
@@ -293,8 +296,7 @@ def layout_check(vehicle: Optional[str], pwm: np.ndarray, imu: np.ndarray,
     if vehicle == 'plane':
         return plane_check(stamps, channels, imu[:, 0], imu[:, 1:4])
     if vehicle == 'rover':
-        return rover_check(stamps, channels, imu[:, 0], imu[:, 1:4], odometry[:, 0],
-                           odometry[:, 8])
+        return rover_check(stamps, channels, imu[:, 0], imu[:, 1:4], odometry[:, 0], forward)
     check = copter_check(stamps, channels, imu[:, 0], imu[:, 1:4],
                          (odometry[:, 0], attitude))
     if vehicle is None and check.verdict == UNDECIDED:

@@ -25,6 +25,7 @@ from typing import Any, List, Optional, Sequence
 from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -47,12 +48,29 @@ SENSOR_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE)
 CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                        reliability=ReliabilityPolicy.BEST_EFFORT)
+# Numeric parameters take integers too: imu_rate:=250 is a ROS user's natural spelling.
+NUMBER = ParameterDescriptor(dynamic_typing=True)
 # How far physics may fall behind the wall clock before the simulator stops catching up.
 MAX_LAG = 0.1
 
 
 class MujocoSim(Node):
     """A free-running MuJoCo vehicle with Gazebo-like topics."""
+
+    def _number(self, name: str, default: float) -> float:
+        """Declare a number that may be given as an integer (imu_rate:=250) and return it."""
+        value = self.declare_parameter(name, default, NUMBER).value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f'{name}: {value!r} is not a number')
+        return float(value)
+
+    def _numbers(self, name: str, default: List[float]) -> List[float]:
+        """Declare a list of numbers that may be integers (wind:=[5, 0, 0]) and return it."""
+        value = self.declare_parameter(name, default, NUMBER).value
+        if isinstance(value, (str, bytes, bool)) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ValueError(f'{name}: {value!r} is not a list of numbers')
+        return [float(v) for v in value]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('mujoco_sim', **kwargs)
@@ -61,8 +79,8 @@ class MujocoSim(Node):
             raise ValueError(f'vehicle: {name!r} is not one of {", ".join(VEHICLES)}')
         model = self.declare_parameter('model', '').value
         preset = self.declare_parameter('preset', '').value
-        self.rate = float(self.declare_parameter('imu_rate', 1000.0).value)
-        odom_rate = float(self.declare_parameter('odom_rate', 250.0).value)
+        self.rate = self._number('imu_rate', 1000.0)
+        odom_rate = self._number('odom_rate', 250.0)
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
@@ -70,8 +88,8 @@ class MujocoSim(Node):
         prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
         if count < 1:
             raise ValueError(f'vehicles: {count} is not a number of vehicles (1 or more)')
-        wind = list(self.declare_parameter('wind', [0.0, 0.0, 0.0]).value)
-        gust = float(self.declare_parameter('gust', 0.0).value)
+        wind = self._numbers('wind', [0.0, 0.0, 0.0])
+        gust = self._number('gust', 0.0)
         shipped = VEHICLES[name]
         path = model or os.path.join(MODELS_DIR, shipped.model)
         world = load_world(path, count)
