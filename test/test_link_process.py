@@ -6,18 +6,11 @@ import struct
 import time
 import types
 
+from test_link import wait_for
+
 from ardupilot_json_bridge.link.link_process import (
     LinkProcess, MAX_MESSAGE, PwmForwarder, RECORD_LATENCY, RECORDED)
 from sitl_peer import SitlPeer
-
-
-def wait_for(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_publish_failures_are_logged_once_not_per_frame(caplog):
@@ -42,7 +35,7 @@ def test_publish_failures_are_logged_once_not_per_frame(caplog):
             for frame in range(1, 201):
                 peer.send(frame, pwm=[1000 + frame] * 16)
                 time.sleep(0.002)
-            assert wait_for(lambda: calls['pwm'] >= 20 and calls['recorded'] >= 5), calls
+            assert wait_for(lambda: calls['pwm'] >= 20 and calls['recorded'] >= 5, 10.0), calls
     finally:
         peer.close()
         link.close()
