@@ -109,8 +109,8 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('rc_topic', '', 'sensor_msgs/Joy to RC channels 1-12 (axes, then buttons); '
                   'empty for none', read_only=True),
     ParameterSpec('raw_pwm_topic', 'servo_pwm', 'std_msgs/UInt16MultiArray of every new '
-                  "frame's PWM, for recording (published in batches, at most 50 ms late while "
-                  'SITL runs); empty for none', read_only=True),
+                  "frame's PWM, for recording (published in batches, each sent once its first "
+                  'frame is 50 ms old); empty for none', read_only=True),
 )
 
 PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}

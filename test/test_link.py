@@ -402,3 +402,57 @@ def test_odometry_on_the_wall_clock_is_one_error_naming_the_clocks_and_replies_r
     # The simulator's odometry back on the IMU's clock: the next frame is answered.
     feed(link, 20.040)
     assert peer.step()['timestamp'] == 0.0
+
+
+def test_imu_stamps_alternating_between_two_clocks_give_one_line_not_one_per_frame(
+        make_link, make_peer, caplog):
+    # One IMU topic, two publishers on two clocks (50 s and 2 s), 1 kHz each, interleaved:
+    # every 2 s sample is a jump back. Said once (rate-limited), naming both clocks.
+    logger = logging.getLogger('test.link.two_clocks')
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=0.5, logger=logger)
+    peer = make_peer(link.address[1])
+    stop = threading.Event()
+
+    def two_publishers():
+        k = 0
+        while not stop.is_set():
+            feed(link, 50.0 + k * 0.001)
+            feed(link, 2.0 + k * 0.001)
+            k += 1
+            time.sleep(0.001)
+    publishers = threading.Thread(target=two_publishers)
+    publishers.start()
+    try:
+        assert wait_for(lambda: link.state.resets >= 2)
+        with caplog.at_level(logging.INFO, logger='test.link.two_clocks'):
+            for _ in range(50):
+                peer.step(timeout=1.0)
+    finally:
+        stop.set()
+        publishers.join()
+    lines = [r.getMessage() for r in caplog.records
+             if 'went back' in r.getMessage() or 'two clocks' in r.getMessage()]
+    assert len(lines) == 1, f'{len(lines)} lines, first: {lines[:2]}'
+    assert 'imu stamps alternate between two clocks, 50.' in lines[0], lines[0]
+    assert ' and 2.' in lines[0] and 'publish one clock' in lines[0], lines[0]
+
+
+def test_repeated_clock_jumps_back_are_rate_limited(make_link, make_peer, caplog):
+    # A simulation restarting every frame (each one 2 s back): one warning, not one per frame.
+    logger = logging.getLogger('test.link.resets')
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=2.0, logger=logger)
+    peer = make_peer(link.address[1])
+    start = 1000.0
+    for k in range(5):
+        feed(link, start + k * 0.001)
+    peer.step()
+    with caplog.at_level(logging.INFO, logger='test.link.resets'):
+        for restart in range(1, 11):
+            start -= 2.0
+            for k in range(5):
+                feed(link, start + k * 0.001)
+            assert wait_for(lambda: link.state.resets == restart)
+            peer.step(timeout=2.0)
+    lines = [r.getMessage() for r in caplog.records if 'went back' in r.getMessage()]
+    assert len(lines) == 1, f'{len(lines)} lines, first: {lines[:2]}'
+    assert 'two clocks' not in caplog.text, caplog.text

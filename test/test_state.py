@@ -277,6 +277,7 @@ def test_meters_count_and_rate():
 
 @pytest.mark.parametrize('clock_name, odometry_start', [
     ('simulated time', 1100.0),             # 1000 s off: another simulated clock
+    ('simulated time', 101.5),              # 1.5 s off: more than any input lags
     ('wall-clock time', None)])             # stamped with the wall clock (time.time())
 def test_odometry_on_another_clock_is_refused_without_carrying_and_named(
         monkeypatch, clock_name, odometry_start):
@@ -313,6 +314,44 @@ def test_odometry_on_another_clock_is_refused_without_carrying_and_named(
     assert isinstance(state.wait_for_stamp(100.020, 0.0), Instant)
 
 
+def test_odometry_late_on_the_same_clock_is_a_warning_not_another_clock():
+    # One simulated clock; odometry at 20 Hz, stamped 0.3 s behind the IMU, still arriving.
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    for i in range(1000):
+        stamp = 100.0 + i * 0.001
+        state.push_imu(imu(stamp))
+        if i % 50 == 0:
+            state.push_odometry(odometry(stamp - 0.3))
+        clock.now += 0.001
+    result = state.wait_for_stamp(100.999, 0.0)
+    # Newest odometry: i = 950, 100.950 - 0.3 = 100.650; 100.999 - 100.650 = 0.349 s.
+    assert isinstance(result, Unavailable) and result.input == 'odometry'
+    assert result.level == logging.WARNING, result.reason
+    assert 'odometry lags the IMU by 0.349 s: published too rarely or stamped late' in \
+        result.reason, result.reason
+    assert 'clock' not in result.reason, result.reason
+
+
+def test_lock_step_waits_for_odometry_published_after_the_imu_sample():
+    # Odometry at ~3 Hz on the IMU's clock; the one for 1.050 s comes 50 ms after its IMU.
+    state = SensorState(LOCK_STEP)
+    for i in range(701):
+        state.push_imu(imu(i * 0.001))
+        if i % 350 == 0:
+            state.push_odometry(odometry(i * 0.001))
+    first = state.wait_for_sample(0, 1.0)
+    assert isinstance(first, Instant) and first.stamp == pytest.approx(0.7)
+    for i in range(701, 1051):
+        state.push_imu(imu(i * 0.001))
+    late = threading.Timer(0.05, lambda: state.push_odometry(odometry(1.050)))
+    late.start()
+    result = state.wait_for_sample(first.sequence + 349, 10.0)
+    late.join()
+    assert isinstance(result, Instant), result
+    assert result.stamp == pytest.approx(1.050)
+
+
 def test_odometry_that_stopped_is_not_blamed_on_clocks():
     clock = FakeClock()
     state = SensorState(StateSettings(max_odometry_lag=0.1), clock=clock)
@@ -344,3 +383,54 @@ def test_histories_grow_with_a_backlog_raised_while_running():
     lag = SensorState(short)
     lag.settings = replace(short, max_odometry_lag=3.0)
     assert isinstance(instant_behind(lag), Instant)
+
+
+def test_two_clocks_are_told_from_a_simulation_restarting():
+    state = SensorState(StateSettings())
+    for stamp in (5.0, 5.001, 0.0, 0.001):        # a restart (looping bag): back only
+        state.push_imu(imu(stamp))
+    assert state.resets == 1 and state.two_clocks is None
+    for stamp in (50.0, 0.002, 50.001):           # forward 50 s, back 50 s: two clocks
+        state.push_imu(imu(stamp))
+    assert state.two_clocks == (50.0, 0.002)
+    for stamp in (48.0, 46.0):                    # then restarts without a jump forward
+        state.push_imu(imu(stamp))
+    assert state.resets == 4 and state.two_clocks is None
+
+
+def test_a_clock_jump_back_under_a_second_is_a_reset_after_five_late_samples():
+    history = History(keep=2.0)
+    for i in range(801):
+        assert history.append(i * 0.001, i) == 'added'
+    # Restarted 0.5 s back (less than RESET_JUMP): four samples dropped, the fifth restarts.
+    outcomes = [history.append(0.3 + i * 0.001, -i) for i in range(5)]
+    assert outcomes == ['late', 'late', 'late', 'late', 'reset']
+    assert history.stamps == [pytest.approx(0.304)]
+    assert history.append(0.305, -5) == 'added'
+
+
+def test_late_samples_out_of_order_or_few_are_no_reset():
+    history = History(keep=2.0)
+    for i in range(10):
+        history.append(1.0 + i * 0.01, i)
+    # Four delivered late in order, then the newest clock resumes: no reset.
+    assert [history.append(s, 0) for s in (1.01, 1.02, 1.03, 1.04)] == ['late'] * 4
+    assert history.append(1.10, 10) == 'added'
+    # Six late ones that do not go forward among themselves: no clock of their own.
+    assert [history.append(s, 0) for s in (1.05, 1.04, 1.03, 1.02, 1.01, 1.0)] == ['late'] * 6
+    assert history.newest_stamp == 1.10
+
+
+def test_the_state_serves_the_new_clock_after_a_small_jump_back():
+    state = SensorState(StateSettings())
+    for i in range(801):
+        state.push_imu(imu(i * 0.001))
+        state.push_odometry(odometry(i * 0.001))
+    turning = (0.1, 0.0, 0.0)
+    for i in range(1, 801):                 # restarted at 0.001 s, now turning
+        state.push_imu(imu(i * 0.001, gyro=turning))
+        state.push_odometry(odometry(i * 0.001, gyro=turning))
+    assert state.resets == 1
+    assert state.meters['imu'].out_of_order == 4
+    result = state.wait_for_stamp(0.5, 0.0)
+    assert isinstance(result, Instant) and result.gyro == pytest.approx(turning)

@@ -29,6 +29,9 @@ CARRY_STEP = 0.005
 INTERPOLATION_SPAN = 0.0125
 # A stamp this far behind an input's newest is a restarted simulation, not a late message.
 RESET_JUMP = 1.0
+# This many late stamps in a row, each newer than the one before, are a clock that went back
+# by less than RESET_JUMP (a restart), not messages delivered out of order.
+LATE_RUN_RESET = 5
 # Odometry-only mode differentiates velocity over at least this long, so stamp jitter does
 # not become acceleration spikes.
 MIN_DIFFERENCE_SPAN = 0.004
@@ -46,12 +49,14 @@ class Appended:
 class History(Generic[S]):
     """Samples of one input in stamp order, keeping the last `keep` seconds of them."""
 
-    __slots__ = ('stamps', 'samples', 'keep')
+    __slots__ = ('stamps', 'samples', 'keep', '_late_run', '_late_stamp')
 
     def __init__(self, keep: float) -> None:
         self.stamps: List[float] = []
         self.samples: List[S] = []
         self.keep = keep
+        self._late_run = 0
+        self._late_stamp = -math.inf
 
     def __len__(self) -> int:
         return len(self.stamps)
@@ -65,7 +70,8 @@ class History(Generic[S]):
         Add a sample newer than the newest; refuse repeated and late stamps.
 
         A stamp more than RESET_JUMP behind the newest starts the history again (a simulation
-        reset or a looping recording).
+        reset or a looping recording), and so does the last of LATE_RUN_RESET late stamps in a
+        row that go forward among themselves (a smaller jump back).
         """
         stamps = self.stamps
         result = Appended.ADDED
@@ -74,10 +80,12 @@ class History(Generic[S]):
             if stamp == newest:
                 return Appended.REPEATED
             if stamp < newest:
-                if newest - stamp <= RESET_JUMP:
+                if newest - stamp <= RESET_JUMP and not self._late_run_ends(stamp):
                     return Appended.LATE
                 self.clear()
                 result = Appended.RESET
+        self._late_run = 0
+        self._late_stamp = -math.inf
         stamps.append(stamp)
         self.samples.append(sample)
         if stamp - stamps[0] > 2.0 * self.keep:
@@ -85,6 +93,12 @@ class History(Generic[S]):
             del stamps[:cut]
             del self.samples[:cut]
         return result
+
+    def _late_run_ends(self, stamp: float) -> bool:
+        """Count a late stamp into the run of late ones; True once the run is a reset."""
+        self._late_run = self._late_run + 1 if stamp > self._late_stamp else 1
+        self._late_stamp = stamp
+        return self._late_run >= LATE_RUN_RESET
 
     @property
     def newest(self) -> Optional[S]:

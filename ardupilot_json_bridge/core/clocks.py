@@ -16,6 +16,18 @@ def clock_name(stamp: float, wall_now: float) -> str:
     return 'wall-clock time' if abs(stamp - wall_now) < CLOCK_MISMATCH else 'simulated time'
 
 
+def clocks_differ(stamp: float, reference_stamp: float, wall_now: float,
+                  tolerance: float) -> bool:
+    """
+    Tell whether two inputs' newest stamps cannot come from one clock.
+
+    They differ by more than tolerance (no input lags another that long), or one is near the
+    wall clock and the other is not.
+    """
+    return (abs(stamp - reference_stamp) > tolerance
+            or clock_name(stamp, wall_now) != clock_name(reference_stamp, wall_now))
+
+
 def clocks_apart(name: str, stamp: float, reference: str, reference_stamp: float,
                  wall_now: float) -> str:
     """One line naming both clocks, their stamps, the offset and the fix."""

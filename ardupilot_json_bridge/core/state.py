@@ -19,8 +19,8 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ardupilot_json_bridge.core.alignment import (
-    Appended, History, imu_at, imu_from_odometry, odometry_at)
-from ardupilot_json_bridge.core.clocks import clocks_apart
+    Appended, History, imu_at, imu_from_odometry, odometry_at, RESET_JUMP)
+from ardupilot_json_bridge.core.clocks import clocks_apart, clocks_differ
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
@@ -120,6 +120,8 @@ class SensorState:
         self._sequence = 0
         self._served = 0
         self._resets = 0
+        self._jumped_forward = False
+        self._two_clocks: Optional[Tuple[float, float]] = None
         self._closed = False
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
@@ -151,6 +153,16 @@ class SensorState:
         """How many times the primary input's stamps jumped back (simulation resets)."""
         return self._resets
 
+    @property
+    def two_clocks(self) -> Optional[Tuple[float, float]]:
+        """
+        Newest stamps of both clocks when the last reset came after a jump forward, else None.
+
+        The primary's stamps jumping forward then back by more than RESET_JUMP are two
+        publishers on one topic with two clocks, not a simulation restarting.
+        """
+        return self._two_clocks
+
     def _record(self, name: str, stamp: float, outcome: str, newest: Optional[float]) -> bool:
         """Meter one sample; warn (rate-limited) and return False if it was refused."""
         meter = self.meters[name]
@@ -170,12 +182,14 @@ class SensorState:
             return
         with self._condition:
             newest = self._imu.newest_stamp
+            self._note_jump(sample.stamp, newest)
             self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
 
     def push_odometry(self, sample: OdometrySample) -> None:
         with self._condition:
             newest = self._odometry.newest_stamp
             if self.settings.odometry_only:
+                self._note_jump(sample.stamp, newest)
                 derived = imu_from_odometry(self._odometry, sample)
                 outcome = self._odometry.append(sample.stamp, sample)
                 if outcome is Appended.RESET:
@@ -187,12 +201,19 @@ class SensorState:
                               self._odometry.append(sample.stamp, sample), newest):
                 self._condition.notify_all()
 
+    def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
+        """Note a primary stamp jumping forward: a jump back after it is two clocks."""
+        if newest is not None and stamp - newest > RESET_JUMP:
+            self._jumped_forward = True
+
     def _push_primary(self, name: str, sample: ImuSample, outcome: str,
                       newest: Optional[float]) -> None:
         if not self._record(name, sample.stamp, outcome, newest):
             return
         if outcome is Appended.RESET:
             self._resets += 1
+            self._two_clocks = (newest, sample.stamp) if self._jumped_forward else None
+            self._jumped_forward = False
         self._sequence += 1
         self._condition.notify_all()
 
@@ -271,8 +292,8 @@ class SensorState:
         Block until the primary sample after sequence after can be served; its instant.
 
         When SITL lags the newest sample by more than max_backlog, the newest is served. A
-        sample without odometry near it waits for odometry until the timeout, unless the
-        odometry is on another clock and waiting cannot help.
+        sample without odometry near it waits for odometry until the timeout (late odometry
+        may still come), unless the odometry is on another clock and waiting cannot help.
         """
         deadline = self._clock() + timeout
         with self._condition:
@@ -323,9 +344,10 @@ class SensorState:
 
     def _odometry_too_far(self, gap: float, sequence: int) -> Unavailable:
         """
-        Why the nearest odometry is further than max_odometry_lag: stopped, or another clock.
+        Why the nearest odometry is further than max_odometry_lag: stopped, late or another clock.
 
         Decided from the newest samples alone, before any carrying: its cost grows with the gap.
+        Only another clock is an ERROR; odometry that is merely late may still arrive.
         """
         reason = (f'nearest sample is {gap:.3f} s from the instant (max_odometry_lag '
                   f'{self.settings.max_odometry_lag} s)')
@@ -333,9 +355,15 @@ class SensorState:
         if age is not None and age > STILL_PUBLISHED:
             return Unavailable(ODOMETRY, f'{reason}; none received for {age:.2f} s (odometry '
                                          'stopped?)', sequence)
-        apart = clocks_apart(ODOMETRY, self._odometry.newest_stamp, 'IMU',
-                             self._imu.newest_stamp, time.time())
-        return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+        odometry, imu = self._odometry.newest_stamp, self._imu.newest_stamp
+        wall_now = time.time()
+        if clocks_differ(odometry, imu, wall_now, RESET_JUMP):
+            apart = clocks_apart(ODOMETRY, odometry, 'IMU', imu, wall_now)
+            return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+        side = 'lags' if odometry <= imu else 'is ahead of'
+        return Unavailable(ODOMETRY, f'{reason}: odometry {side} the IMU by '
+                                     f'{abs(imu - odometry):.3f} s: published too rarely or '
+                                     'stamped late', sequence)
 
     def count_unanswered(self, unavailable: Unavailable) -> None:
         """Count a frame left unanswered for the input at fault, and keep the reason."""

@@ -74,6 +74,8 @@ class LinkProcess:
         when raw_pwm_topic is set.
         """
         self.logger = logger
+        # Publishing fails per frame while it fails at all (rclpy shutting down): said once.
+        self.warnings = RateLimitedLog(logger)
         self.on_pwm = on_pwm
         self.on_recorded = on_recorded
         self.stats = LinkStats()
@@ -159,7 +161,8 @@ class LinkProcess:
                 try:
                     self.on_pwm(pwm, frame_rate)
                 except Exception as error:
-                    self.logger.error(f'publishing actuator commands failed: {error!r}')
+                    self.warnings.error('on_pwm', f'publishing actuator commands failed: '
+                                                  f'{error!r}')
             elif kind == RECORDED:
                 self._publish_recorded(body)
             elif kind == STATS:
@@ -181,7 +184,7 @@ class LinkProcess:
                 self.on_recorded(batch[at + 2:at + 2 + size])
                 at += 2 + size
         except Exception as error:
-            self.logger.error(f'publishing the raw PWM failed: {error!r}')
+            self.warnings.error('on_recorded', f'publishing the raw PWM failed: {error!r}')
 
     def close(self, timeout: float = 3.0) -> None:
         """Stop the child (closing its channel) and wait for it."""
@@ -229,6 +232,8 @@ class PwmForwarder:
     commands, repeats are not forwarded, except every COMMAND_REFRESH, so that each publish is
     news. For the recording (servo_pwm) every new frame goes, serialized here, in batches at
     most RECORD_LATENCY old, so the parent wakes once per batch and publishes each as it came.
+    A batch that no later frame fills (SITL running slowly, or stopped) is sent by a thread
+    that sleeps until the batch comes due.
     """
 
     def __init__(self, channel: socket.socket, record: bool,
@@ -240,7 +245,26 @@ class PwmForwarder:
         self._sent_at = 0.0
         self._batch: List[bytes] = []
         self._batch_started = 0.0
-        self._lock = threading.Lock()
+        self._condition = threading.Condition()
+        self._stopped = False
+        self._flusher: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        """Start sending batches as they come due (when recording)."""
+        if self._record and self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True,
+                                             name='servo-pwm-batches')
+            self._flusher.start()
+
+    def stop(self) -> None:
+        """Stop the batch thread and send what the batch holds."""
+        with self._condition:
+            self._stopped = True
+            self._condition.notify_all()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        self.flush()
 
     def on_frame(self, packet: Any) -> None:
         """Take a new frame's PWM (the link's on_frame, called in the link thread)."""
@@ -254,22 +278,43 @@ class PwmForwarder:
                                                        *pwm))
 
     def _add_to_batch(self, message: bytes, now: float) -> None:
-        with self._lock:
+        with self._condition:
             if not self._batch:
                 self._batch_started = now
+                self._condition.notify_all()
             self._batch.append(struct.pack('<H', len(message)) + message)
             if (now - self._batch_started < RECORD_LATENCY
                     and len(self._batch) < RECORD_BATCH):
                 return
             batch, self._batch = self._batch, []
-        self._channel.send(bytes((RECORDED,)) + b''.join(batch))
+        self._send_batch(batch)
+
+    def _flush_when_due(self) -> None:
+        """Batch thread: wait for a batch, then until it is RECORD_LATENCY old; send it."""
+        while True:
+            with self._condition:
+                while True:
+                    if self._stopped:
+                        return
+                    remaining = self._batch_started + RECORD_LATENCY - self._clock()
+                    if self._batch and remaining <= 0.0:
+                        break
+                    self._condition.wait(remaining if self._batch else None)
+                batch, self._batch = self._batch, []
+            self._send_batch(batch)
+
+    def _send_batch(self, batch: List[bytes]) -> None:
+        try:
+            self._channel.send(bytes((RECORDED,)) + b''.join(batch))
+        except OSError:
+            pass
 
     def flush(self) -> None:
         """Send what the batch holds (SITL stopped sending frames before it was full)."""
-        with self._lock:
+        with self._condition:
             batch, self._batch = self._batch, []
         if batch:
-            self._channel.send(bytes((RECORDED,)) + b''.join(batch))
+            self._send_batch(batch)
 
 
 class LiveChecks:
@@ -353,6 +398,7 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     checks = LiveChecks(config, logger)
     inlet = SampleInlet(channel, link, checks, config, logger)
     link.start()
+    forwarder.start()
     checks.conventions.start()
     channel.settimeout(STATS_PERIOD)
     next_stats = time.monotonic() + STATS_PERIOD
@@ -370,12 +416,12 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
             if now >= next_stats:
                 next_stats = now + STATS_PERIOD
                 send_stats(channel, link, checks)
-                forwarder.flush()
     except OSError:
         return 0
     finally:
         checks.conventions.stop()
         link.stop()
+        forwarder.stop()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -316,10 +316,7 @@ class SitlLink:
             if grid is None:
                 grid = session.grid = FrameGrid(newest, packet.frame_rate)
             else:
-                self.logger.warning(f'{self._prefix}physics time went back from '
-                                    f'{grid.stamp_of(grid.index + 1):.3f} to {newest:.3f} s '
-                                    '(simulation reset or looping bag): SITL time carries on '
-                                    'from where it was')
+                self._went_back(grid.stamp_of(grid.index + 1), newest)
                 grid.restart_at(newest)
             session.resets = state.resets
         stamp = grid.next_instant(packet.frame_rate)
@@ -354,10 +351,7 @@ class SitlLink:
                     self.stats.skipped += 1
                 return result
             if session.last_stamp is not None and result.stamp < session.last_stamp:
-                self.logger.warning(
-                    f'{self._prefix}physics time went back from {session.last_stamp:.3f} to '
-                    f'{result.stamp:.3f} s (simulation reset or looping bag): SITL time '
-                    'carries on from where it was')
+                self._went_back(session.last_stamp, result.stamp)
             timestamp = session.timestamp_for(result.stamp)
             if timestamp is not None:
                 break
@@ -368,6 +362,21 @@ class SitlLink:
                                              f'{state.settings.max_backlog} s behind physics: '
                                              f'skipped {result.skipped} sample(s) to catch up')
         return result, timestamp
+
+    def _went_back(self, before: float, after: float) -> None:
+        """Warn (rate-limited) that physics time went back, or that it alternates two clocks."""
+        two_clocks = self.state.two_clocks
+        if two_clocks is not None:
+            ahead, behind = two_clocks
+            self.warnings.warning('two_clocks', f'{self._prefix}{self.state.primary} stamps '
+                                                f'alternate between two clocks, {ahead:.3f} and '
+                                                f'{behind:.3f} s (two publishers on one topic?): '
+                                                'each jump back restarts the physics time '
+                                                'served; publish one clock')
+            return
+        self.warnings.warning('went_back', f'{self._prefix}physics time went back from '
+                                           f'{before:.3f} to {after:.3f} s (simulation reset or '
+                                           'looping bag): SITL time carries on from where it was')
 
     def _unanswered(self, packet: ServoPacket, reason: str, key: str,
                     level: int = logging.WARNING) -> None:
