@@ -153,11 +153,12 @@ def test_the_node_process_end_to_end(stop_signal):
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
             assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
             assert replies[0]['timestamp'] == 0.0
-            # Whole frame steps; a few larger where SITL (this peer) fell behind and skipped ahead.
+            # One frame a step; two where SITL (this peer, on a busy machine) fell behind and
+            # catches up: never a jump, which would set SITL's frame rate from it.
             steps = [(b['timestamp'] - a['timestamp']) * 1200
                      for a, b in zip(replies, replies[1:])]
-            assert all(step > 0.5 and abs(step - round(step)) < 1e-6 for step in steps), steps
-            assert sum(step != pytest.approx(1.0) for step in steps) <= 3, steps
+            assert all(step == pytest.approx(1.0) or step == pytest.approx(2.0)
+                       for step in steps), steps
             assert wait_for(lambda: simulator.commands['uav1'])
             assert simulator.commands['uav1'][-1] == pytest.approx([motor_command(1500)] * 4)
             (info,) = simulator.node.get_publishers_info_by_topic('/uav1/command/motor_speed')

@@ -33,8 +33,10 @@ def declared(kinds: Iterable[str]) -> Set[str]:
 
 def imported(patterns: Iterable[str]) -> Dict[str, str]:
     """Return {top-level module: first file importing it} for the files matching patterns."""
+    # The package, and the tests' and benchmarks' modules of their own (found beside them).
     local = {PACKAGE} | {os.path.splitext(os.path.basename(path))[0]
-                         for path in glob.glob(os.path.join(ROOT, 'test', '**', '*.py'),
+                         for folder in ('test', 'benchmarks')
+                         for path in glob.glob(os.path.join(ROOT, folder, '**', '*.py'),
                                                recursive=True)}
     modules: Dict[str, str] = {}
     for pattern in patterns:
