@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                     'faster than real time.')
     engine.add_argument('model_path', nargs='?', metavar='MODEL',
                         help='MJCF model file (default: the shipped quad X)')
-    engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid) or an '
-                                        "MJCF file; a shipped vehicle's preset is the default "
-                                        '--config')
+    engine.add_argument('--model', help='a shipped vehicle (quad_x, rover, rover_skid, '
+                                        "plane) or an MJCF file; a shipped vehicle's preset "
+                                        'is the default --config')
     engine.add_argument('--wind', metavar='EAST,NORTH[,UP]',
                         help='steady wind in m/s (ENU) for a model with aerodynamics (the '
                              'plane); SITL hears it through the airspeed')
