@@ -394,10 +394,17 @@ def parameter_table() -> str:
 
 
 def shipped_preset(name: str) -> Optional[str]:
-    """Return a preset shipped in config/: beside the package in a checkout, under share/."""
+    """
+    Return a preset shipped in config/, or None.
+
+    Beside the package in a checkout (and a --symlink-install), under share/ of a pip
+    install's prefix, or of each prefix of a sourced colcon install (AMENT_PREFIX_PATH).
+    """
     here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(here, '..', 'config'),
-                   os.path.join(sys.prefix, 'share', 'ardupilot_json_bridge', 'config')):
+    prefixes = [sys.prefix] + os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
+    for folder in [os.path.join(here, '..', 'config')] + [
+            os.path.join(prefix, 'share', 'ardupilot_json_bridge', 'config')
+            for prefix in prefixes if prefix]:
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             return os.path.normpath(path)

@@ -5,7 +5,8 @@ import os
 import pytest
 
 from ardupilot_json_bridge.config import (
-    config_from_parameters, ConfigError, flatten, load_parameters_file, PARAMETERS)
+    config_from_parameters, ConfigError, flatten, load_parameters_file, PARAMETERS,
+    shipped_preset)
 from ardupilot_json_bridge.core.pwm import ActuatorField, OutputKind
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', 'config')
@@ -115,3 +116,14 @@ def test_parameters_file_sections(tmp_path):
     other.write_text('some_node:\n  ros__parameters:\n    x: 1\n')
     with pytest.raises(ConfigError, match='no ros__parameters for node /json_sitl_bridge'):
         load_parameters_file(str(other))
+
+
+def test_a_shipped_preset_is_found_under_a_sourced_colcon_install(tmp_path, monkeypatch):
+    # A colcon install puts config/ under <prefix>/share/<package>/, outside sys.prefix: the
+    # MuJoCo simulator launched by ros2 launch once said 'the shipped preset was not found'.
+    folder = tmp_path / 'share' / 'ardupilot_json_bridge' / 'config'
+    folder.mkdir(parents=True)
+    (folder / 'only_installed.yaml').write_text('{}\n')
+    assert shipped_preset('only_installed.yaml') is None
+    monkeypatch.setenv('AMENT_PREFIX_PATH', os.pathsep.join(['/nonexistent', str(tmp_path)]))
+    assert shipped_preset('only_installed.yaml') == str(folder / 'only_installed.yaml')

@@ -170,7 +170,7 @@ class JsonSitlBridge(Node):
                               if self.config.raw_pwm_topic else None)
         # The link runs in a process of its own, out of the executor's way; this one converts
         # messages and forwards the samples, and publishes what comes back.
-        recorded = None if self.pwm_publisher is None else self.pwm_publisher.publish
+        recorded = None if self.pwm_publisher is None else self._publish_recorded
         self.link = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger,
                                 on_recorded=recorded)
         self.routes = input_routes(self.config, self.link)
@@ -253,12 +253,27 @@ class JsonSitlBridge(Node):
 
     def _on_pwm(self, pwm: List[int], frame_rate: int) -> None:
         """Publish the commands: the link process forwards PWM that changed, or held 20 ms."""
-        stamp = self._now()
-        values = self.mapper.apply(pwm)
-        for group in self.groups:
-            for topic, message in group_messages(self.classes, group, values[group.name],
-                                                 stamp):
-                self.command_publishers[topic].publish(message)
+        try:
+            stamp = self._now()
+            values = self.mapper.apply(pwm)
+            for group in self.groups:
+                for topic, message in group_messages(self.classes, group, values[group.name],
+                                                     stamp):
+                    self.command_publishers[topic].publish(message)
+        except Exception:
+            self._unless_shut_down()
+
+    def _publish_recorded(self, data: bytes) -> None:
+        """Publish one frame's serialized PWM on the raw PWM topic."""
+        try:
+            self.pwm_publisher.publish(data)
+        except Exception:
+            self._unless_shut_down()
+
+    def _unless_shut_down(self) -> None:
+        """Re-raise a publishing error, unless Ctrl-C shut the context down under it."""
+        if self.context.ok():
+            raise
 
     def publish_diagnostics(self) -> None:
         """Publish the link's and the inputs' statuses on /diagnostics."""
