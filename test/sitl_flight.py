@@ -206,6 +206,36 @@ class Flight:
     def _gone(self) -> None:
         raise SitlDied(self.sitl.failure('closed its MAVLink connection'))
 
+    def receive(self, timeout: float):
+        """
+        Return the next MAVLink message within timeout s (None if none came); SitlDied if gone.
+
+        Keeps what every flight needs: SITL's STATUSTEXT in record.texts, the EKF flags and
+        origin, the altitude, north and SITL's boot time.
+        """
+        try:
+            message = self.mav.recv_match(blocking=True, timeout=timeout)
+        except OSError as error:
+            raise SitlDied(self.sitl.failure(f'MAVLink failed ({error})')) from None
+        if message is None:
+            self.sitl.check_alive()
+            return None
+        kind = message.get_type()
+        if kind == 'STATUSTEXT':
+            self.record.texts.append(message.text)
+            if 'origin set' in message.text.lower():
+                self.origin_set = True
+        elif kind == 'EKF_STATUS_REPORT':
+            self.ekf_flags = message.flags
+        elif kind == 'GLOBAL_POSITION_INT':
+            self.relative_alt = message.relative_alt / 1000.0
+            self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+        elif kind == 'LOCAL_POSITION_NED':
+            self.north = message.x
+        elif kind == 'SYSTEM_TIME':
+            self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+        return message
+
     def pump(self, seconds: float) -> None:
         """Read messages for seconds of wall time, keeping what the flight needs."""
         deadline = time.monotonic() + seconds
@@ -213,27 +243,7 @@ class Flight:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            try:
-                message = self.mav.recv_match(blocking=True, timeout=min(remaining, 0.2))
-            except OSError as error:
-                raise SitlDied(self.sitl.failure(f'MAVLink failed ({error})')) from None
-            if message is None:
-                self.sitl.check_alive()
-                continue
-            kind = message.get_type()
-            if kind == 'STATUSTEXT':
-                self.record.texts.append(message.text)
-                if 'origin set' in message.text.lower():
-                    self.origin_set = True
-            elif kind == 'EKF_STATUS_REPORT':
-                self.ekf_flags = message.flags
-            elif kind == 'GLOBAL_POSITION_INT':
-                self.relative_alt = message.relative_alt / 1000.0
-                self.boot_ms = message.time_boot_ms
-            elif kind == 'LOCAL_POSITION_NED':
-                self.north = message.x
-            elif kind == 'SYSTEM_TIME':
-                self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+            self.receive(min(remaining, 0.2))
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -243,13 +253,18 @@ class Flight:
             self.pump(0.2)
         return True
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the EKF origin and flags 0x1F: attitude, velocities, horizontal position."""
+        return self.wait(lambda: self.ekf_flags & 0x1F == 0x1F and self.origin_set, timeout)
+
     def set_mode(self, mode: str) -> None:
         self.mav.set_mode(self.mav.mode_mapping()[mode])
 
-    def arm(self, timeout: float) -> bool:
+    def arm(self, timeout: float, mode: str = 'GUIDED') -> bool:
+        """Arm in mode, asking again each second until timeout s; True once armed."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.set_mode('GUIDED')
+            self.set_mode(mode)
             self.mav.arducopter_arm()
             self.pump(1.0)
             if self.mav.motors_armed():
@@ -288,8 +303,7 @@ def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
     flight = Flight(sitl)
     record = flight.record
     try:
-        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
-                            timeout / 2)
+        ready = flight.wait_ready(timeout / 2)
         if not ready:
             return record
         record.armed = flight.arm(timeout / 4)

@@ -130,35 +130,24 @@ def drive_square(sitl: sitl_flight.Sitl, side: float, truth: Callable[[], Point]
     """EKF ready, upload the square, arm, AUTO; sample truth (east, north) until home."""
     started = time.monotonic()
     flight = sitl_flight.Flight(sitl)
-    record = DriveRecord()
+    record = DriveRecord(texts=flight.record.texts)
     corners: List[Point] = []
     try:
-        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
-                            timeout / 3)
+        ready = flight.wait_ready(timeout / 3)
         if not ready:
             return record, corners
         corners = upload_square(flight, side)
-        deadline = time.monotonic() + timeout / 4
-        while not flight.mav.motors_armed() and time.monotonic() < deadline:
-            flight.set_mode('HOLD')
-            flight.mav.arducopter_arm()
-            flight.pump(1.0)
-        record.armed = flight.mav.motors_armed()
+        record.armed = flight.arm(timeout / 4, 'HOLD')
         if not record.armed:
             return record, corners
         flight.set_mode('AUTO')
         last = len(corners) - 1
-        mav = flight.mav
         while time.monotonic() - started < timeout:
-            message = mav.recv_match(blocking=True, timeout=0.05)
+            message = flight.receive(0.05)
             record.track.append(truth())
             if message is None:
-                sitl.check_alive()
                 continue
-            kind = message.get_type()
-            if kind == 'STATUSTEXT':
-                record.texts.append(message.text)
-            elif kind == 'MISSION_ITEM_REACHED' and message.seq not in record.reached:
+            if message.get_type() == 'MISSION_ITEM_REACHED' and message.seq not in record.reached:
                 record.reached.append(message.seq)
                 if message.seq == last:
                     record.finished = True
