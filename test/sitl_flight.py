@@ -48,6 +48,12 @@ def sitl_binary(name: str = 'arducopter') -> Optional[str]:
     return path if folder and os.access(path, os.X_OK) else None
 
 
+def json_sitl_command(binary: str, instance: int, speedup: float, defaults: str) -> List[str]:
+    """Return the command line of a prebuilt SITL against a JSON backend on 127.0.0.1."""
+    return [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I', str(instance),
+            '--serial0', 'tcp:0', '--defaults', defaults, '--wipe']
+
+
 class Sitl:
     """ArduCopter SITL against a JSON backend on 127.0.0.1, in a scratch folder."""
 
@@ -56,21 +62,25 @@ class Sitl:
         binary = sitl_binary()
         if binary is None:
             raise RuntimeError(f'set {SITL_DIR_VARIABLE} to a folder with arducopter')
-        self.folder = tempfile.mkdtemp(prefix='sitl-')
+        folder = tempfile.mkdtemp(prefix='sitl-')
         defaults = os.path.join(os.path.dirname(binary), 'copter.parm') + ',' + os.path.normpath(
             QUAD_X_DEFAULTS)
         if extra_parameters:
-            extra = os.path.join(self.folder, 'extra.parm')
+            extra = os.path.join(folder, 'extra.parm')
             with open(extra, 'w') as stream:
                 stream.write(extra_parameters)
             defaults += ',' + extra
-        self.log_path = os.path.join(self.folder, 'sitl.log')
+        self._start(folder, json_sitl_command(binary, instance, speedup, defaults),
+                    5760 + 10 * instance)
+
+    def _start(self, folder: str, command: List[str], mavlink_port: int) -> None:
+        """Run command in folder (removed on close), its output to sitl.log there."""
+        self.folder = folder
+        self.log_path = os.path.join(folder, 'sitl.log')
         self._log = open(self.log_path, 'w')
-        self.process = subprocess.Popen(
-            [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I',
-             str(instance), '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
-            cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
-        self.mavlink_port = 5760 + 10 * instance
+        self.process = subprocess.Popen(command, cwd=folder, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        self.mavlink_port = mavlink_port
 
     def log(self) -> str:
         self._log.flush()

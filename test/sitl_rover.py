@@ -9,7 +9,6 @@ ArduCopter; tests skip where it is missing.
 from dataclasses import dataclass, field
 import math
 import os
-import subprocess
 import tempfile
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -29,16 +28,10 @@ class VehicleSitl(sitl_flight.Sitl):
         if binary is None:
             raise RuntimeError(f'set {sitl_flight.SITL_DIR_VARIABLE} to a folder with '
                                f'{binary_name}')
-        folder = os.path.dirname(binary)
-        self.folder = tempfile.mkdtemp(prefix=f'sitl-{binary_name}-')
-        self.log_path = os.path.join(self.folder, 'sitl.log')
-        self._log = open(self.log_path, 'w')
-        self.process = subprocess.Popen(
-            [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I',
-             str(instance), '--serial0', 'tcp:0', '--wipe', '--defaults',
-             ','.join(os.path.join(folder, name) for name in parms)],
-            cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
-        self.mavlink_port = 5760 + 10 * instance
+        defaults = ','.join(os.path.join(os.path.dirname(binary), name) for name in parms)
+        self._start(tempfile.mkdtemp(prefix=f'sitl-{binary_name}-'),
+                    sitl_flight.json_sitl_command(binary, instance, speedup, defaults),
+                    5760 + 10 * instance)
 
 
 def rover_sitl(instance: int = 0, speedup: float = 1.0,
