@@ -23,6 +23,10 @@ from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
+# The GIL switch interval (s) of the lock-step engine's process. A link thread woken by SITL's
+# datagram waits for the GIL up to the interval while another thread (the live checks' judge,
+# the recorder's writer) holds it: Python's 5 ms default would stall SITL for several frames.
+LOCK_STEP_SWITCH_INTERVAL = 1e-4
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 ROS_ARGS = '--ros-args'
 # The ROS 2 nodes (need rclpy): their summary and description. They take ROS's own arguments,
@@ -282,6 +286,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
+    sys.setswitchinterval(LOCK_STEP_SWITCH_INTERVAL)
     path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
     preset = args.config or default_preset(shipped.preset if shipped else 'mujoco_quad_x.yaml')
     if preset is None:

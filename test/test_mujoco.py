@@ -213,6 +213,18 @@ def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_p
     assert 'taken exists; name a new directory for the bag' in caplog.text
 
 
+def test_the_mujoco_command_shortens_the_gil_switch_interval(tmp_path):
+    # Python's default (5 ms) would let the checks' judge hold SITL's reply back for frames.
+    (tmp_path / 'taken').mkdir()
+    default = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        main(['mujoco', '--record', str(tmp_path / 'taken'), '--port', str(free_udp_port())])
+        assert sys.getswitchinterval() == pytest.approx(1e-4, rel=1e-6)
+    finally:
+        sys.setswitchinterval(default)
+
+
 @contextmanager
 def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                      recording: Optional[str] = None) -> Iterator[Callable[[], float]]:
