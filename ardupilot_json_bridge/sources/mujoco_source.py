@@ -102,7 +102,9 @@ class MujocoLockStep:
             self.world.step(self.vehicle.index, duration)
         reading = self.push()
         if self.checker is not None:
-            self.checker.add_pwm(reading.time, packet.pwm)
+            self.checker.add_frame(reading.time, reading.body_rates, reading.specific_force,
+                                   reading.position, reading.orientation,
+                                   reading.body_velocity, packet.pwm)
         self._pending = (reading, packet.pwm, commands)
         self.frames += 1
 
@@ -126,7 +128,7 @@ class MujocoLockStep:
                 self._viewer.sync()
 
     def push(self) -> VehicleState:
-        """Push what the sensors read now to the state (and the checks); return the reading."""
+        """Push what the sensors read now to the state; return the reading."""
         reading = self.vehicle.state()
         imu, odometry = vehicle_samples(reading)
         self.state.push_odometry(odometry)
@@ -135,10 +137,6 @@ class MujocoLockStep:
             # A vehicle that flies in the air tells SITL the air it flies in.
             self.state.push_wind(Stamped(reading.time, _ned(reading.wind)))
             self.state.push_airspeed(Stamped(reading.time, reading.airspeed))
-        if self.checker is not None:
-            self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
-            self.checker.add_odometry(reading.time, reading.position, reading.orientation,
-                                      reading.body_velocity)
         return reading
 
     def on_restart(self) -> None:
