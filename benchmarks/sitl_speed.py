@@ -28,6 +28,8 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 SPEEDUP = 100
+# SITL's JSON frames per second of its own clock (the default SIM_RATE_HZ of ArduCopter).
+FRAME_RATE = 1200
 WARMUP = 3.0
 MAGIC_16 = 18458
 REPLY = ('\n{{"timestamp":{:.6f},"imu":{{"gyro":[0,0,0],"accel_body":[0,0,-9.80665]}},'
@@ -89,8 +91,21 @@ def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
                             stdout=subprocess.DEVNULL, env=environment)
 
 
-def sim_rate(seconds: float) -> float:
-    """Return SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME)."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (s), from /proc; 0 if gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            fields = stat.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def sim_rate(seconds: float, pids: Sequence[int] = ()) -> Tuple[float, List[float]]:
+    """
+    SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME), and each pid's
+    CPU time over the same window per SITL second.
+    """
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
     while True:
@@ -118,11 +133,15 @@ def sim_rate(seconds: float) -> float:
         boot_ms(time.monotonic() + WARMUP)
         start_wall = time.monotonic()
         start_ms = boot_ms(start_wall + 0.5)
+        start_cpu = [cpu_seconds(pid) for pid in pids]
         end_ms = boot_ms(start_wall + seconds)
+        end_cpu = [cpu_seconds(pid) for pid in pids]
         wall = time.monotonic() - start_wall
-        if start_ms is None or end_ms is None:
-            return 0.0
-        return (end_ms - start_ms) / 1000.0 / (wall - 0.25)
+        if start_ms is None or end_ms is None or end_ms <= start_ms:
+            return 0.0, [0.0 for _ in pids]
+        simulated = (end_ms - start_ms) / 1000.0
+        return simulated / (wall - 0.25), [(e - s) / simulated
+                                           for s, e in zip(start_cpu, end_cpu)]
     finally:
         mav.close()
 
@@ -141,7 +160,12 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
     time.sleep(1.0 if child else 0.0)
     sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
     try:
-        return sim_rate(seconds)
+        rate, cpu = sim_rate(seconds, [p.pid for p in [child, sitls[0]] if p is not None])
+        if child is not None:
+            frames = FRAME_RATE  # SITL frames per SITL second
+            print(f'    CPU per SITL frame: backend {cpu[0] / frames * 1e6:.1f} us, SITL '
+                  f'{cpu[1] / frames * 1e6:.1f} us', flush=True)
+        return rate
     finally:
         for process in sitls + [child]:
             if process is not None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -63,6 +64,29 @@ def test_at_rest_the_imu_reads_gravitys_reaction():
     state = fly_open_loop([0.0] * 4, 0.5).state()
     assert state.specific_force == pytest.approx((0.0, 0.0, 9.80665), abs=1e-3)
     assert state.orientation == pytest.approx((0.0, 0.0, 0.0, 1.0), abs=1e-6)
+
+
+def test_a_frame_after_a_forward_pass_steps_as_mujocos_whole_step_would():
+    # The split step (commands set between mj_step1, done by the last mj_forward, and
+    # mj_step2) against mj_step from scratch every frame: the same flight, to the bit.
+    import mujoco
+    split, whole = MujocoVehicle(), MujocoVehicle()
+    calls = []
+    functions = types.SimpleNamespace(**{name: getattr(mujoco, name) for name in dir(mujoco)
+                                         if not name.startswith('__')})
+    functions.mj_step2 = lambda *args: (calls.append('mj_step2'), mujoco.mj_step2(*args))
+    split._mujoco = functions
+    for k in range(1200):
+        speeds = [700.0 + 150.0 * math.sin(k / 90.0 + i) for i in range(4)]
+        for vehicle in (split, whole):
+            vehicle.set_rotor_speeds(speeds)
+        whole.forwarded = False
+        split.advance(1 / 1200)
+        whole.advance(1 / 1200)
+    assert len(calls) == 1200
+    assert np.array_equal(split.data.qpos, whole.data.qpos)
+    assert np.array_equal(split.data.sensordata, whole.data.sensordata)
+    assert split.state().body_rates != (0.0, 0.0, 0.0)  # it turned: the commands acted
 
 
 def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
