@@ -325,13 +325,21 @@ class SensorState:
 
     def _instant_locked(self, stamp: float, sequence: int,
                         skipped: int) -> Union[Instant, Unavailable]:
-        if not len(self._odometry):
+        odometry, imu = self._odometry, self._imu
+        if not len(odometry):
             return Unavailable(ODOMETRY, 'no message received yet', sequence)
-        gap = self._odometry.gap(stamp)
-        if gap > self.settings.max_odometry_lag:
-            return self._odometry_too_far(gap, sequence)
-        gyro, accel = imu_at(self._imu, stamp)
-        position, velocity, quaternion = odometry_at(self._odometry, self._imu, stamp)
+        if len(imu) and odometry.stamps[-1] == stamp == imu.stamps[-1]:
+            # A lock-step engine's newest IMU and odometry are the instant itself: what
+            # imu_at and odometry_at return at their exact stamps, without the searches.
+            now, pose = imu.samples[-1], odometry.samples[-1]
+            gyro, accel = now.gyro, now.accel
+            position, velocity, quaternion = pose.position, pose.velocity, pose.quaternion
+        else:
+            gap = odometry.gap(stamp)
+            if gap > self.settings.max_odometry_lag:
+                return self._odometry_too_far(gap, sequence)
+            gyro, accel = imu_at(imu, stamp)
+            position, velocity, quaternion = odometry_at(odometry, imu, stamp)
         optional = self._optional
         return Instant(
             stamp=stamp, sequence=sequence, skipped=skipped, gyro=gyro, accel=accel,
