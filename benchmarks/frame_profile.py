@@ -69,8 +69,7 @@ def profile(frames: int, record: bool) -> None:
     vehicle.advance = timer(spent, 'physics: the whole advance', vehicle.advance)
     vehicle.state = timer(spent, 'sensor read', vehicle.state)
     mujoco_source.vehicle_samples = timer(spent, 'sensor read', mujoco_source.vehicle_samples)
-    state.push_odometry = timer(spent, 'state push', state.push_odometry)
-    state.push_imu = timer(spent, 'state push', state.push_imu)
+    state.push_frame = timer(spent, 'state push', state.push_frame)
     source.checker.add_frame = timer(spent, 'live checks (hand-off)', source.checker.add_frame)
     state.wait_for_sample = timer(spent, 'alignment (the instant)', state.wait_for_sample)
     link.session.timestamp_for = timer(spent, 'alignment (the instant)',

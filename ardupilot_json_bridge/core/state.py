@@ -201,6 +201,25 @@ class SensorState:
                               self._odometry.append(sample.stamp, sample), newest):
                 self._condition.notify_all()
 
+    def push_frame(self, imu: ImuSample, odometry: OdometrySample) -> None:
+        """
+        Push one instant's odometry then IMU under one lock (a lock-step engine's frame).
+
+        The same as push_odometry then push_imu, with one lock and one wake-up.
+        """
+        if self.settings.odometry_only:
+            self.push_odometry(odometry)
+            return
+        with self._condition:
+            newest = self._odometry.newest_stamp
+            fresh = self._record(ODOMETRY, odometry.stamp,
+                                 self._odometry.append(odometry.stamp, odometry), newest)
+            sequence, newest = self._sequence, self._imu.newest_stamp
+            self._note_jump(imu.stamp, newest)
+            self._push_primary(IMU, imu, self._imu.append(imu.stamp, imu), newest)
+            if fresh and self._sequence == sequence:
+                self._condition.notify_all()  # the IMU was refused: wake odometry's waiters
+
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
         if newest is not None and stamp - newest > RESET_JUMP:

@@ -131,8 +131,7 @@ class MujocoLockStep:
         """Push what the sensors read now to the state; return the reading."""
         reading = self.vehicle.state()
         imu, odometry = vehicle_samples(reading)
-        self.state.push_odometry(odometry)
-        self.state.push_imu(imu)
+        self.state.push_frame(imu, odometry)
         if reading.airspeed is not None:
             # A vehicle that flies in the air tells SITL the air it flies in.
             self.state.push_wind(Stamped(reading.time, _ned(reading.wind)))
