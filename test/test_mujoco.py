@@ -89,12 +89,14 @@ def test_a_frame_after_a_forward_pass_steps_as_mujocos_whole_step_would():
     assert split.state().body_rates != (0.0, 0.0, 0.0)  # it turned: the commands acted
 
 
-def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
+@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
+def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_first):
     config = load_config(default_preset(), '', {})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     checker = ConventionChecker(window=10.0)
-    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker)
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
+                            reply_first=reply_first)
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
                     on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
@@ -123,6 +125,43 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
     finally:
         peer.close()
         link.stop()
+
+
+def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_before():
+    # The same PWM sequence to both modes (the reply-first engine stepping after each reply,
+    # as the mujoco command wires it); a SITL restart midway: back at rest in both.
+    config = load_config(default_preset(), '', {})
+    pwm = [[1750 + int(200 * math.sin(k / 40.0 + i)) for i in range(4)] + [1000] * 12
+           for k in range(400)]
+    replies = {}
+    for reply_first in (False, True):
+        state = SensorState(StateSettings(pacing=SAMPLES))
+        source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0],
+                                reply_first=reply_first)
+        link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                        on_frame=source.on_frame, on_restart=source.on_restart,
+                        after_reply=source.after_reply)
+        link.start()
+        peer = SitlPeer(link.address[1])
+        try:
+            replies[reply_first] = [peer.step(pwm=p) for p in pwm[:300]]
+            peer.frame_count = 0
+            replies[reply_first] += [peer.step(pwm=p) for p in pwm[300:]]
+        finally:
+            peer.close()
+            link.stop()
+    lock_step, reply_first = replies[False], replies[True]
+    assert list(reply_first[0]['velocity']) == [0.0, 0.0, 0.0] != list(lock_step[0]['velocity'])
+    for k in range(1, 300):
+        for key in ('position', 'velocity', 'quaternion'):
+            assert reply_first[k][key] == lock_step[k - 1][key], (k, key)
+        assert reply_first[k]['timestamp'] == pytest.approx(k / 1200, abs=1e-9)
+    # After the restart both start at rest again, time at 0, one frame apart after (the
+    # reply-first vehicle rests a frame more: its restart instant had been pushed already).
+    assert reply_first[300]['timestamp'] == lock_step[300]['timestamp'] == 0.0
+    assert reply_first[300]['velocity'] == pytest.approx([0.0, 0.0, 0.0], abs=1e-2)
+    assert lock_step[-1]['position'][2] < lock_step[300]['position'][2] - 0.01  # it climbed
+    assert reply_first[-1]['position'] == pytest.approx(lock_step[-2]['position'], abs=1e-5)
 
 
 def read_bag(path) -> dict:
@@ -247,6 +286,11 @@ def test_the_mujoco_command_shortens_the_gil_switch_interval(tmp_path):
         assert sys.getswitchinterval() == pytest.approx(1e-4, rel=1e-6)
     finally:
         sys.setswitchinterval(default)
+
+
+def test_reply_first_is_refused_for_a_fleet_before_anything_starts(caplog):
+    assert main(['mujoco', '--vehicles', '2', '--reply-first']) == 2
+    assert '--reply-first serves one vehicle' in caplog.text
 
 
 @contextmanager
