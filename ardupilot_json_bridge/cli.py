@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
                              'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
     engine.add_argument('--reply-first', action='store_true',
-                        help="answer each SITL frame at once with the state stepped by the "
+                        help='answer each SITL frame at once with the state stepped by the '
                              "frame before's PWM, then step this frame's PWM while SITL "
                              'computes its next frame: faster, but each PWM acts one frame '
                              '(1/SIM_RATE_HZ) later than in lock-step (one vehicle only)')

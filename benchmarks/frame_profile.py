@@ -104,7 +104,7 @@ def profile(frames: int, record: bool) -> None:
         print(f'  {stage:40s} {seconds / count * 1e6:6.1f} us')
     print(f'  {"the rest (link loop, dispatch, timers)":40s} '
           f'{(total - sum(spent.values())) / count * 1e6:6.1f} us')
-    print(f'off the frame path, in the checks\' judge thread: taking the frames in '
+    print("off the frame path, in the checks' judge thread: taking the frames in "
           f'{batch / count * 1e6:.1f} us a frame (the newest {len(source.checker._imu)} kept)')
 
 

@@ -103,8 +103,9 @@ def cpu_seconds(pid: int) -> float:
 
 def sim_rate(seconds: float, pids: Sequence[int] = ()) -> Tuple[float, List[float]]:
     """
-    SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME), and each pid's
-    CPU time over the same window per SITL second.
+    Return SITL's clock per wall second, and each pid's CPU seconds per SITL second.
+
+    Both over seconds of wall time after a warm-up; SITL's clock is read from SYSTEM_TIME.
     """
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
