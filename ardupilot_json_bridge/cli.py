@@ -23,6 +23,10 @@ from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 
 PACKAGE = 'ardupilot_json_bridge'
+# The GIL switch interval (s) of the lock-step engine's process. A link thread woken by SITL's
+# datagram waits for the GIL up to the interval while another thread (the live checks' judge,
+# the recorder's writer) holds it: Python's 5 ms default would stall SITL for several frames.
+LOCK_STEP_SWITCH_INTERVAL = 1e-4
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 ROS_ARGS = '--ros-args'
 # The ROS 2 nodes (need rclpy): their summary and description. They take ROS's own arguments,
@@ -112,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument('--record', metavar='BAG',
                         help='write the flight (imu, odom, /clock, servo_pwm, the rotor '
                              'commands) to a new rosbag2 (MCAP) for Foxglove or PlotJuggler')
+    engine.add_argument('--reply-first', action='store_true',
+                        help='answer each SITL frame at once with the state stepped by the '
+                             "frame before's PWM, then step this frame's PWM while SITL "
+                             'computes its next frame: faster, but each PWM acts one frame '
+                             '(1/SIM_RATE_HZ) later than in lock-step (one vehicle only)')
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
@@ -282,6 +291,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
+    sys.setswitchinterval(LOCK_STEP_SWITCH_INTERVAL)
     path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
     preset = args.config or default_preset(shipped.preset if shipped else 'mujoco_quad_x.yaml')
     if preset is None:
@@ -297,6 +307,9 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     count = args.vehicles
     if count < 1:
         raise ConfigError(f'--vehicles: {count} is not a number of vehicles (1 or more)')
+    if count > 1 and args.reply_first:
+        raise ConfigError('--reply-first serves one vehicle: a fleet steps its world when '
+                          'every SITL has sent its frame')
     if count > 1 and args.port:
         raise ConfigError('--port serves one SITL: a fleet takes its ports from --instance '
                           '(vehicle k on SITL instance first + k)')
@@ -325,14 +338,15 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
             conventions = LiveConventions(ConventionChecker(window=LIVE_WINDOW), logger)
             source = MujocoLockStep(vehicle, state, driving, viewer=args.viewer and not index,
                                     checker=conventions.checker, recorder=recorder,
-                                    world=fleet)
+                                    world=fleet, reply_first=args.reply_first)
             sources.append(source)
             links.append(SitlLink(settings, state, on_frame=source.on_frame,
                                   on_restart=source.on_restart,
                                   after_reply=source.after_reply))
             checks.append(conventions)
             root.info(f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in '
-                      f'lock-step with SITL instance {settings.instance}'
+                      f'lock-step{" (reply-first)" if args.reply_first else ""} with SITL '
+                      f'instance {settings.instance}'
                       + (f' (vehicle {index}, namespace {namespaces[index]})'
                          if count > 1 else ''))
         return serve_all(links, stop, checks, fleet)

@@ -1,7 +1,7 @@
 """
 How fast real ArduCopter runs in lock-step with each backend, side by side in one run.
 
-    python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3]
+    python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3] [--variant LABEL=DIR[,FLAG...]]
 
 Needs ARDUPILOT_SITL_DIR (a folder with a prebuilt arducopter and its copter.parm) and
 pymavlink. Each backend flies the same SITL at --speedup 100 for --seconds of wall time, in
@@ -12,6 +12,9 @@ per wall second:
 2. mujoco: `ardupilot-json-bridge mujoco`, the built-in engine, with its live checks;
 3. quad: SITL's built-in `--model quad`, no backend at all.
 The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >= 0.8.
+Each --variant adds `mujoco LABEL` to the rounds: the package imported from DIR (a checkout,
+e.g. `git archive main | tar -x -C /tmp/main`) with the mujoco command's FLAGs, so a change
+is measured before and after in one run.
 """
 
 import argparse
@@ -22,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 SPEEDUP = 100
+# SITL's JSON frames per second of its own clock (the default SIM_RATE_HZ of ArduCopter).
+FRAME_RATE = 1200
 WARMUP = 3.0
 MAGIC_16 = 18458
 REPLY = ('\n{{"timestamp":{:.6f},"imu":{{"gyro":[0,0,0],"accel_body":[0,0,-9.80665]}},'
@@ -74,14 +79,34 @@ while True:
     return subprocess.Popen([sys.executable, '-c', code])
 
 
-def mujoco_backend(vehicles: int = 1) -> subprocess.Popen:
+def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
+                   flags: Sequence[str] = ()) -> subprocess.Popen:
+    """Start `mujoco`, importing the package from source (a checkout) when given."""
+    environment = dict(os.environ)
+    if source:
+        environment['PYTHONPATH'] = os.pathsep.join(
+            [source] + [p for p in environment.get('PYTHONPATH', '').split(os.pathsep) if p])
     return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
-                             '--log-level', 'warning', '--vehicles', str(vehicles)],
-                            stdout=subprocess.DEVNULL)
+                             '--log-level', 'warning', '--vehicles', str(vehicles), *flags],
+                            stdout=subprocess.DEVNULL, env=environment)
 
 
-def sim_rate(seconds: float) -> float:
-    """Return SITL's clock per wall second over seconds, after a warm-up (SYSTEM_TIME)."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (s), from /proc; 0 if gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            fields = stat.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def sim_rate(seconds: float, pids: Sequence[int] = ()) -> Tuple[float, List[float]]:
+    """
+    Return SITL's clock per wall second, and each pid's CPU seconds per SITL second.
+
+    Both over seconds of wall time after a warm-up; SITL's clock is read from SYSTEM_TIME.
+    """
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
     while True:
@@ -109,28 +134,39 @@ def sim_rate(seconds: float) -> float:
         boot_ms(time.monotonic() + WARMUP)
         start_wall = time.monotonic()
         start_ms = boot_ms(start_wall + 0.5)
+        start_cpu = [cpu_seconds(pid) for pid in pids]
         end_ms = boot_ms(start_wall + seconds)
+        end_cpu = [cpu_seconds(pid) for pid in pids]
         wall = time.monotonic() - start_wall
-        if start_ms is None or end_ms is None:
-            return 0.0
-        return (end_ms - start_ms) / 1000.0 / (wall - 0.25)
+        if start_ms is None or end_ms is None or end_ms <= start_ms:
+            return 0.0, [0.0 for _ in pids]
+        simulated = (end_ms - start_ms) / 1000.0
+        return simulated / (wall - 0.25), [(e - s) / simulated
+                                           for s, e in zip(start_cpu, end_cpu)]
     finally:
         mav.close()
 
 
-def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str]) -> float:
+def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
+            variants: Dict[str, Tuple[str, List[str]]]) -> float:
     """SITL instance 0's clock rate with backend kind (mujoco xN: a fleet of N, N SITLs)."""
     scratch = tempfile.mkdtemp(prefix='sitl-speed-')
     vehicles = int(kind.split('x')[-1]) if kind.startswith('mujoco x') else 1
     if kind.startswith('mujoco'):
-        child = mujoco_backend(vehicles)
+        source, flags = variants.get(kind, (None, []))
+        child = mujoco_backend(vehicles, source, flags)
     else:
         child = do_nothing_backend() if kind == 'do-nothing' else None
     model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
     time.sleep(1.0 if child else 0.0)
     sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
     try:
-        return sim_rate(seconds)
+        rate, cpu = sim_rate(seconds, [p.pid for p in [child, sitls[0]] if p is not None])
+        if child is not None:
+            frames = FRAME_RATE  # SITL frames per SITL second
+            print(f'    CPU per SITL frame: backend {cpu[0] / frames * 1e6:.1f} us, SITL '
+                  f'{cpu[1] / frames * 1e6:.1f} us', flush=True)
+        return rate
     finally:
         for process in sitls + [child]:
             if process is not None:
@@ -146,6 +182,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--seconds', type=float, default=12.0)
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--variant', action='append', default=[], metavar='LABEL=DIR[,FLAG]',
+                        help='also fly `mujoco LABEL`: the package from the checkout DIR '
+                             '(empty: this one) with the mujoco command flags given')
     parser.add_argument('--fleet', help='fleet sizes to fly instead (e.g. 1,2,4): mujoco '
                                         '--vehicles N with N SITLs, against the do-nothing '
                                         'backend')
@@ -154,23 +193,28 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     quad_x = os.path.join(here, '..', 'config', 'quad_x.parm')
     quad_x = quad_x if os.path.isfile(quad_x) else None
-    kinds = ['do-nothing', 'mujoco', 'quad']
+    variants: Dict[str, Tuple[str, List[str]]] = {}
+    for variant in args.variant:
+        label, _, spec = variant.partition('=')
+        source, *flags = spec.split(',')
+        variants[f'mujoco {label}'] = (os.path.abspath(source) if source else '', flags)
+    kinds = ['do-nothing', 'mujoco', *variants, 'quad']
     if args.fleet:
         kinds = ['do-nothing'] + [f'mujoco x{n}' for n in args.fleet.split(',')]
     rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
     for round_index in range(args.rounds):
         for kind in kinds:
-            rates[kind].append(measure(kind, folder, args.seconds, quad_x))
-            print(f'round {round_index + 1}: {kind:10s} {rates[kind][-1]:6.2f} x real time',
+            rates[kind].append(measure(kind, folder, args.seconds, quad_x, variants))
+            print(f'round {round_index + 1}: {kind:14s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
     ratios = [m / d for m, d in zip(rates.get('mujoco', []), rates['do-nothing']) if d > 0]
     print(f'\nArduCopter --speedup {SPEEDUP}, SITL seconds per wall second '
           f'(median of {args.rounds} rounds of {args.seconds:g} s):')
     for kind in kinds:
-        print(f'  {kind:10s} {statistics.median(rates[kind]):6.2f} x real time '
+        print(f'  {kind:14s} {statistics.median(rates[kind]):6.2f} x real time '
               f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
     for kind in kinds[1:]:
-        if kind.startswith('mujoco x'):
+        if kind.startswith('mujoco x') or kind in variants:
             fleet = [m / d for m, d in zip(rates[kind], rates['do-nothing']) if d > 0]
             print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
                   f'{", ".join(f"{r:.2f}" for r in fleet)})')

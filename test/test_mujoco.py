@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -65,12 +66,37 @@ def test_at_rest_the_imu_reads_gravitys_reaction():
     assert state.orientation == pytest.approx((0.0, 0.0, 0.0, 1.0), abs=1e-6)
 
 
-def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
+def test_a_frame_after_a_forward_pass_steps_as_mujocos_whole_step_would():
+    # The split step (commands set between mj_step1, done by the last mj_forward, and
+    # mj_step2) against mj_step from scratch every frame: the same flight, to the bit.
+    import mujoco
+    split, whole = MujocoVehicle(), MujocoVehicle()
+    calls = []
+    functions = types.SimpleNamespace(**{name: getattr(mujoco, name) for name in dir(mujoco)
+                                         if not name.startswith('__')})
+    functions.mj_step2 = lambda *args: (calls.append('mj_step2'), mujoco.mj_step2(*args))
+    split._mujoco = functions
+    for k in range(1200):
+        speeds = [700.0 + 150.0 * math.sin(k / 90.0 + i) for i in range(4)]
+        for vehicle in (split, whole):
+            vehicle.set_rotor_speeds(speeds)
+        whole.forwarded = False
+        split.advance(1 / 1200)
+        whole.advance(1 / 1200)
+    assert len(calls) == 1200
+    assert np.array_equal(split.data.qpos, whole.data.qpos)
+    assert np.array_equal(split.data.sensordata, whole.data.sensordata)
+    assert split.state().body_rates != (0.0, 0.0, 0.0)  # it turned: the commands acted
+
+
+@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
+def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_first):
     config = load_config(default_preset(), '', {})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     checker = ConventionChecker(window=10.0)
-    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker)
+    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
+                            reply_first=reply_first)
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
                     on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
@@ -99,6 +125,43 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart():
     finally:
         peer.close()
         link.stop()
+
+
+def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_before():
+    # The same PWM sequence to both modes (the reply-first engine stepping after each reply,
+    # as the mujoco command wires it); a SITL restart midway: back at rest in both.
+    config = load_config(default_preset(), '', {})
+    pwm = [[1750 + int(200 * math.sin(k / 40.0 + i)) for i in range(4)] + [1000] * 12
+           for k in range(400)]
+    replies = {}
+    for reply_first in (False, True):
+        state = SensorState(StateSettings(pacing=SAMPLES))
+        source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0],
+                                reply_first=reply_first)
+        link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                        on_frame=source.on_frame, on_restart=source.on_restart,
+                        after_reply=source.after_reply)
+        link.start()
+        peer = SitlPeer(link.address[1])
+        try:
+            replies[reply_first] = [peer.step(pwm=p) for p in pwm[:300]]
+            peer.frame_count = 0
+            replies[reply_first] += [peer.step(pwm=p) for p in pwm[300:]]
+        finally:
+            peer.close()
+            link.stop()
+    lock_step, reply_first = replies[False], replies[True]
+    assert list(reply_first[0]['velocity']) == [0.0, 0.0, 0.0] != list(lock_step[0]['velocity'])
+    for k in range(1, 300):
+        for key in ('position', 'velocity', 'quaternion'):
+            assert reply_first[k][key] == lock_step[k - 1][key], (k, key)
+        assert reply_first[k]['timestamp'] == pytest.approx(k / 1200, abs=1e-9)
+    # After the restart both start at rest again, time at 0, one frame apart after (the
+    # reply-first vehicle rests a frame more: its restart instant had been pushed already).
+    assert reply_first[300]['timestamp'] == lock_step[300]['timestamp'] == 0.0
+    assert reply_first[300]['velocity'] == pytest.approx([0.0, 0.0, 0.0], abs=1e-2)
+    assert lock_step[-1]['position'][2] < lock_step[300]['position'][2] - 0.01  # it climbed
+    assert reply_first[-1]['position'] == pytest.approx(lock_step[-2]['position'], abs=1e-5)
 
 
 def read_bag(path) -> dict:
@@ -213,16 +276,40 @@ def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_p
     assert 'taken exists; name a new directory for the bag' in caplog.text
 
 
+def test_the_mujoco_command_shortens_the_gil_switch_interval(tmp_path):
+    # Python's default (5 ms) would let the checks' judge hold SITL's reply back for frames.
+    (tmp_path / 'taken').mkdir()
+    default = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        main(['mujoco', '--record', str(tmp_path / 'taken'), '--port', str(free_udp_port())])
+        assert sys.getswitchinterval() == pytest.approx(1e-4, rel=1e-6)
+    finally:
+        sys.setswitchinterval(default)
+
+
+def test_reply_first_is_refused_for_a_fleet_before_anything_starts(caplog):
+    assert main(['mujoco', '--vehicles', '2', '--reply-first']) == 2
+    assert '--reply-first serves one vehicle' in caplog.text
+
+
 @contextmanager
 def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
-                     recording: Optional[str] = None) -> Iterator[Callable[[], float]]:
-    """Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start."""
+                     recording: Optional[str] = None,
+                     reply_first: bool = False) -> Iterator[Callable[[], float]]:
+    """
+    Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start.
+
+    Reply-first steps after each reply, wired as the mujoco command wires it.
+    """
     config = load_config(default_preset(), '', {'port': 0, 'instance': instance})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
-                            recorder=FlightRecorder(recording) if recording else None)
-    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+                            recorder=FlightRecorder(recording) if recording else None,
+                            reply_first=reply_first)
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart,
+                    after_reply=source.after_reply if reply_first else None)
     link.start()
     start = vehicle.state().position[2]
     try:
@@ -235,12 +322,13 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
-def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys):
+@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
+def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys, reply_first):
     pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
-    with lock_step_engine(3, checker, recording) as height, \
+    with lock_step_engine(3, checker, recording, reply_first) as height, \
             sitl_flight.Sitl(instance=3, speedup=2) as sitl:
         record = sitl_flight.fly(sitl, 5.0, 5.0, height, leg=5.0)
         log = sitl.log()

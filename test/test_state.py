@@ -536,3 +536,27 @@ def test_lock_step_does_not_wait_when_newer_odometry_cannot_be_nearer(monkeypatc
     result = state.wait_for_sample(0, 0.5)
     assert isinstance(result, Unavailable) and '0.500 s from the instant' in result.reason
     assert waits.count == 0
+
+
+def test_a_frame_pushed_at_once_is_served_and_counted_as_odometry_then_imu():
+    # The same frames, one with a repeated stamp, pushed both ways: the same replies, counts.
+    frames = [(0.001 * k, (0.01 * k, 0.0, -0.1 * k)) for k in (1, 2, 2, 3)]
+    apart, together = SensorState(LOCK_STEP), SensorState(LOCK_STEP)
+    served = {id(apart): [], id(together): []}
+    for stamp, position in frames:
+        sample_imu = imu(stamp, gyro=(0.0, 0.02 * stamp, 0.0))
+        sample_odometry = odometry(stamp, position=position, velocity=(stamp, 0.0, 0.0))
+        apart.push_odometry(sample_odometry)
+        apart.push_imu(sample_imu)
+        together.push_frame(sample_imu, sample_odometry)
+        for state in (apart, together):
+            instant = state.wait_for_sample(max([0] + [i.sequence for i in served[id(state)]]),
+                                            0.0)
+            if isinstance(instant, Instant):
+                served[id(state)].append(instant)
+    assert [i.stamp for i in served[id(together)]] == [0.001, 0.002, 0.003]
+    assert served[id(together)] == served[id(apart)]
+    assert served[id(together)][-1].position == pytest.approx((0.03, 0.0, -0.3))
+    for name in ('imu', 'odometry'):
+        assert (together.meters[name].out_of_order, together.meters[name].count) == (
+            apart.meters[name].out_of_order, apart.meters[name].count) == (1, 4)

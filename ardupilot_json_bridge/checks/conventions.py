@@ -50,6 +50,8 @@ CLOCK_PAIRS = 200
 CLOCK_JUMP = 1.0
 # SERVO channels kept of each PWM frame (SITL sends 16, or 32).
 PWM_CHANNELS = 16
+# The highest frame rate (SITL frames per second of physics) add_frame holds a window of.
+FRAMES_PER_SECOND = 2400
 
 
 class ConventionChecker:
@@ -72,6 +74,9 @@ class ConventionChecker:
         self._odometry: Deque[Tuple[float, ...]] = deque()
         self._clock: Deque[Tuple[float, float]] = deque(maxlen=CLOCK_PAIRS)
         self._pwm: Deque[Tuple[float, ...]] = deque()
+        # Frames handed over by add_frame, not yet added (appended without the lock).
+        self._frames: Deque[Tuple[Any, ...]] = deque(maxlen=max(1, math.ceil(
+            window * FRAMES_PER_SECOND)))
         # Per topic, its newest stamp and the run of the clock it is in; the runs are counted,
         # the current one spans the stamps given.
         self._newest: Dict[str, Tuple[float, int]] = {}
@@ -84,30 +89,65 @@ class ConventionChecker:
 
     def add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         """Add one sensor_msgs/Imu: angular_velocity and linear_acceleration as published."""
-        sample = (float(stamp), *map(float, gyro), *map(float, accel))
         with self._lock:
-            if self._admitted(sample, 'IMU'):
-                self._imu.append(sample)
-                self._trim(self._imu)
+            self._take_frames()
+            self._add_imu(stamp, gyro, accel)
 
     def add_odometry(self, stamp: float, position: Sequence[float],
                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
         """Add one nav_msgs/Odometry: pose position and orientation, twist linear."""
-        sample = (float(stamp), *map(float, position), *map(float, orientation_xyzw),
-                  *map(float, linear))
         with self._lock:
-            if self._admitted(sample, 'odometry'):
-                self._odometry.append(sample)
-                self._trim(self._odometry)
+            self._take_frames()
+            self._add_odometry(stamp, position, orientation_xyzw, linear)
 
     def add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
         """Add the PWM SITL sent (us per SERVO channel) and the physics time it applies at."""
+        with self._lock:
+            self._take_frames()
+            self._add_pwm(stamp, pwm)
+
+    def add_frame(self, stamp: float, gyro: Sequence[float], accel: Sequence[float],
+                  position: Sequence[float], orientation_xyzw: Sequence[float],
+                  linear: Sequence[float], pwm: Sequence[int]) -> None:
+        """
+        Hand over one lock-step frame (IMU, odometry and PWM at stamp) with one append.
+
+        Takes no lock and converts nothing, so a lock-step engine's frame path pays one
+        append; the samples go in (as add_imu, add_odometry and add_pwm) at the next judgement
+        or add. Values must not change after the call (tuples). Only the newest window's
+        worth at up to FRAMES_PER_SECOND is held until then.
+        """
+        self._frames.append((stamp, gyro, accel, position, orientation_xyzw, linear, pwm))
+
+    def _take_frames(self) -> None:
+        """Add the frames handed over by add_frame, oldest first (under the lock)."""
+        frames = self._frames
+        while frames:
+            stamp, gyro, accel, position, orientation, linear, pwm = frames.popleft()
+            self._add_imu(stamp, gyro, accel)
+            self._add_odometry(stamp, position, orientation, linear)
+            self._add_pwm(stamp, pwm)
+
+    def _add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
+        sample = (float(stamp), *map(float, gyro), *map(float, accel))
+        if self._admitted(sample, 'IMU'):
+            self._imu.append(sample)
+            self._trim(self._imu)
+
+    def _add_odometry(self, stamp: float, position: Sequence[float],
+                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
+        sample = (float(stamp), *map(float, position), *map(float, orientation_xyzw),
+                  *map(float, linear))
+        if self._admitted(sample, 'odometry'):
+            self._odometry.append(sample)
+            self._trim(self._odometry)
+
+    def _add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
         channels = tuple(float(v) for v in pwm[:PWM_CHANNELS])
         sample = (float(stamp), *channels, *(0.0,) * (PWM_CHANNELS - len(channels)))
-        with self._lock:
-            if self._admitted(sample, 'PWM'):
-                self._pwm.append(sample)
-                self._trim(self._pwm)
+        if self._admitted(sample, 'PWM'):
+            self._pwm.append(sample)
+            self._trim(self._pwm)
 
     def _admitted(self, sample: Tuple[float, ...], name: str) -> bool:
         """
@@ -146,6 +186,7 @@ class ConventionChecker:
     def clear(self) -> None:
         """Forget every sample: the simulator started over (a restart, a replay's loop)."""
         with self._lock:
+            self._frames.clear()
             self._imu.clear()
             self._odometry.clear()
             self._clock.clear()
@@ -166,6 +207,7 @@ class ConventionChecker:
     def checks(self) -> List[Check]:
         """Return every verdict on the samples held now."""
         with self._lock:
+            self._take_frames()
             imu = np.array(self._imu, dtype=float)
             odometry = np.array(self._odometry, dtype=float)
             clock = np.array(self._clock, dtype=float).reshape(-1, 2)

@@ -179,7 +179,12 @@ def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
 
     Raises ReplyError when a mandatory value is not finite: such a frame gets no reply.
     """
-    parts = [_mandatory(reply)]
+    mandatory = _mandatory(reply)
+    if (not reply.rangefinders and not reply.rc and reply.velocity_wind is None
+            and reply.windvane is None and reply.airspeed is None and reply.battery is None
+            and not reply.no_time_sync and not reply.no_lockstep):
+        return (mandatory + '}\n').encode('ascii'), ()  # most frames: nothing optional
+    parts = [mandatory]
     dropped = []
     for index, distance in enumerate(reply.rangefinders[:MAX_RANGEFINDERS], start=1):
         if distance is None:

@@ -212,6 +212,27 @@ class SensorState:
         return (newest_imu is None
                 or abs(newest_imu - stamp) <= self.settings.max_odometry_lag)
 
+    def push_frame(self, imu: ImuSample, odometry: OdometrySample) -> None:
+        """
+        Push one instant's odometry then IMU under one lock (a lock-step engine's frame).
+
+        The same as push_odometry then push_imu, with one lock and one wake-up.
+        """
+        if self.settings.odometry_only:
+            self.push_odometry(odometry)
+            return
+        with self._condition:
+            newest = self._odometry.newest_stamp
+            fresh = self._record(ODOMETRY, odometry.stamp,
+                                 self._odometry.append(odometry.stamp, odometry), newest)
+            sequence, newest = self._sequence, self._imu.newest_stamp
+            self._note_jump(imu.stamp, newest)
+            self._push_primary(IMU, imu, self._imu.append(imu.stamp, imu), newest)
+            if fresh:
+                self._await_odometry |= self._odometry_caught_up(odometry.stamp)
+            if fresh and self._sequence == sequence:
+                self._condition.notify_all()  # the IMU was refused: wake odometry's waiters
+
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
         if newest is not None and stamp - newest > RESET_JUMP:
@@ -347,13 +368,21 @@ class SensorState:
 
     def _instant_locked(self, stamp: float, sequence: int,
                         skipped: int) -> Union[Instant, Unavailable]:
-        if not len(self._odometry):
+        odometry, imu = self._odometry, self._imu
+        if not len(odometry):
             return Unavailable(ODOMETRY, 'no message received yet', sequence)
-        gap = self._odometry.gap(stamp)
-        if gap > self.settings.max_odometry_lag:
-            return self._odometry_too_far(stamp, gap, sequence)
-        gyro, accel = imu_at(self._imu, stamp)
-        position, velocity, quaternion = odometry_at(self._odometry, self._imu, stamp)
+        if len(imu) and odometry.stamps[-1] == stamp == imu.stamps[-1]:
+            # A lock-step engine's newest IMU and odometry are the instant itself: what
+            # imu_at and odometry_at return at their exact stamps, without the searches.
+            now, pose = imu.samples[-1], odometry.samples[-1]
+            gyro, accel = now.gyro, now.accel
+            position, velocity, quaternion = pose.position, pose.velocity, pose.quaternion
+        else:
+            gap = odometry.gap(stamp)
+            if gap > self.settings.max_odometry_lag:
+                return self._odometry_too_far(stamp, gap, sequence)
+            gyro, accel = imu_at(imu, stamp)
+            position, velocity, quaternion = odometry_at(odometry, imu, stamp)
         optional = self._optional
         return Instant(
             stamp=stamp, sequence=sequence, skipped=skipped, gyro=gyro, accel=accel,

@@ -4,6 +4,11 @@ MuJoCo in true lock-step with SITL: each new frame applies its PWM and steps the
 The link calls on_frame for every new SITL frame (never for a duplicate, which is answered
 again from the last reply), then serves the sample this pushed: SITL's clock is the model's.
 Nothing runs while SITL is silent, and SITL's --speedup runs the model that much faster.
+
+Reply-first (`mujoco --reply-first`): frame N is answered at once with the state stepped by
+frame N - 1's PWM, and frame N's PWM is stepped after the reply (after_reply), while SITL
+computes frame N + 1. Each PWM then acts one frame (1 / SIM_RATE_HZ) later than in lock-step,
+and the physics overlaps SITL's own work instead of adding to it.
 """
 
 import logging
@@ -62,10 +67,23 @@ class MujocoLockStep:
                  logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None,
                  recorder: Optional[FlightRecorder] = None,
-                 world: Optional['FleetWorld'] = None) -> None:
-        """Fly a vehicle alone, or one of a fleet whose world steps when all are ready."""
+                 world: Optional['FleetWorld'] = None, reply_first: bool = False) -> None:
+        """
+        Fly a vehicle alone, or one of a fleet whose world steps when all are ready.
+
+        reply_first (a vehicle alone): answer each frame with the state already stepped, and
+        step its PWM after the reply (see the module's note).
+        """
+        if reply_first and world is not None:
+            raise VehicleError('reply-first serves one vehicle alone: a fleet steps its world '
+                               'when every SITL has sent its frame')
         self.vehicle = vehicle
         self.world = world
+        self.reply_first = reply_first
+        # Reply-first: the frame answered whose PWM is still to be stepped, and whether the
+        # state pushed so far holds a sample of this session to answer the first frame with.
+        self._to_step: Optional[ServoPacket] = None
+        self._primed = False
         self.state = state
         # Sees what the sensors read, in ROS conventions (the live convention checks).
         self.checker = checker
@@ -91,8 +109,32 @@ class MujocoLockStep:
                                     'headless')
 
     def on_frame(self, packet: ServoPacket) -> None:
-        """Apply the frame's PWM, step one frame period and push the new samples."""
+        """
+        Apply the frame's PWM, step one frame period and push the new samples.
+
+        Reply-first: step the frame before's PWM unless after_reply did, and keep this one's
+        for after the reply; the first frame of a session is answered with the state as is.
+        """
         self.after_reply()
+        if self.reply_first:
+            if not self._primed:
+                self._prime(packet)
+            self._to_step = packet
+            self.frames += 1
+            return
+        self._step(packet)
+
+    def _prime(self, packet: ServoPacket) -> None:
+        """Push the state as it is, one frame on at rest if that instant was pushed already."""
+        self._primed = True
+        newest = self.state.newest_primary()
+        if newest is not None and self.vehicle.time <= newest:
+            # A restart within the frame after the last push: the reset vehicle a frame on.
+            self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        self._pushed(packet.pwm, list(self.vehicle.commands))
+
+    def _step(self, packet: ServoPacket) -> None:
+        """Apply packet's PWM, step one frame period and push the new samples."""
         commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
         duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
@@ -100,19 +142,29 @@ class MujocoLockStep:
             self.vehicle.advance(duration)
         else:
             self.world.step(self.vehicle.index, duration)
+        self._pushed(packet.pwm, commands)
+        if not self.reply_first:
+            self.frames += 1
+
+    def _pushed(self, pwm: Tuple[int, ...], commands: List[float]) -> None:
+        """Push the state, hand it to the checks with pwm, keep it for the recording."""
         reading = self.push()
         if self.checker is not None:
-            self.checker.add_pwm(reading.time, packet.pwm)
-        self._pending = (reading, packet.pwm, commands)
-        self.frames += 1
+            self.checker.add_frame(reading.time, reading.body_rates, reading.specific_force,
+                                   reading.position, reading.orientation,
+                                   reading.body_velocity, pwm)
+        self._pending = (reading, pwm, commands)
 
     def after_reply(self) -> None:
         """
-        Record the frame and sync the viewer, once its reply is on its way.
+        Step the frame just answered (reply-first), record it and sync the viewer.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
         """
+        if self._to_step is not None:
+            packet, self._to_step = self._to_step, None
+            self._step(packet)
         if self._pending is None:
             return
         reading, pwm, commands = self._pending
@@ -126,23 +178,20 @@ class MujocoLockStep:
                 self._viewer.sync()
 
     def push(self) -> VehicleState:
-        """Push what the sensors read now to the state (and the checks); return the reading."""
+        """Push what the sensors read now to the state; return the reading."""
         reading = self.vehicle.state()
         imu, odometry = vehicle_samples(reading)
-        self.state.push_odometry(odometry)
-        self.state.push_imu(imu)
+        self.state.push_frame(imu, odometry)
         if reading.airspeed is not None:
             # A vehicle that flies in the air tells SITL the air it flies in.
             self.state.push_wind(Stamped(reading.time, _ned(reading.wind)))
             self.state.push_airspeed(Stamped(reading.time, reading.airspeed))
-        if self.checker is not None:
-            self.checker.add_imu(reading.time, reading.body_rates, reading.specific_force)
-            self.checker.add_odometry(reading.time, reading.position, reading.orientation,
-                                      reading.body_velocity)
         return reading
 
     def on_restart(self) -> None:
         """SITL started again: the vehicle back at its start, at rest."""
+        self._to_step = None  # the last session's PWM moves nothing any more
+        self._primed = False
         self.after_reply()
         if self.world is None:
             self.vehicle.reset()

@@ -220,6 +220,8 @@ class MujocoVehicle:
         self.commands = [0.0] * self.actuator_count
         self.speeds = [0.0] * self.actuator_count
         self.steps = 0
+        # True while data holds mj_step1's results (mj_forward ran) at the current state.
+        self.forwarded = False
         if world is None:
             self.reset()
 
@@ -285,6 +287,7 @@ class MujocoVehicle:
         self.commands[:] = [0.0] * self.actuator_count
         self.speeds[:] = [0.0] * self.actuator_count
         self._mujoco.mj_forward(model, data)
+        self.forwarded = True
 
     def set_commands(self, values: Sequence[float]) -> None:
         """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
@@ -355,7 +358,15 @@ class MujocoVehicle:
 
 
 def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None:
-    """Step the world the vehicles share by duration, each applying its commands every step."""
+    """
+    Step the world the vehicles share by duration, each applying its commands every step.
+
+    Each advance ends with mj_forward (the sensors at the new state), which is mj_step1 at
+    that state: the next advance's first step is then MuJoCo's split step, commands set
+    between mj_step1 and mj_step2, and only mj_step2 runs. Code that changes data's state
+    between advances must run mj_forward after (MuJoCo's own rule for mj_step2), or clear
+    the first vehicle's `forwarded`.
+    """
     first = vehicles[0]
     mujoco, model, data = first._mujoco, first.model, first.data
     count = max(1, round(duration / first.nominal_step))
@@ -363,10 +374,14 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     model.opt.timestep = step
     for vehicle in vehicles:
         vehicle._prepare(step)
-    for _ in range(count):
+    for index in range(count):
         for vehicle in vehicles:
             vehicle._before_step(step)
-        mujoco.mj_step(model, data)
+        if index == 0 and first.forwarded:
+            mujoco.mj_step2(model, data)
+        else:
+            mujoco.mj_step(model, data)
     for vehicle in vehicles:
         vehicle.steps += count
     mujoco.mj_forward(model, data)
+    first.forwarded = True
