@@ -117,6 +117,8 @@ def main() -> None:
     if args.fly:
         print(json.dumps(fly(args.fly, args)))
         return
+    # A `timeout` around the benchmark: still kill the fleet flying in its own process group.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit('fleet_hover: stopped by SIGTERM'))
     if sitl_flight.sitl_binary() is None:
         sys.exit(f'set {sitl_flight.SITL_DIR_VARIABLE} to a folder with a prebuilt arducopter')
     print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}: ArduCopter --speedup '
