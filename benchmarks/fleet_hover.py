@@ -33,6 +33,7 @@ import sitl_flight  # noqa: E402
 
 BASE_HEIGHT = 3.0
 FAILED_LINES = 6
+REAL_TIME = 0.98
 
 
 def fly(count: int, args: argparse.Namespace) -> List[Dict[str, object]]:
@@ -124,7 +125,7 @@ def main() -> None:
     print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}: ArduCopter --speedup '
           f'{args.speedup:g}, hover {args.hold:g} s of SITL time, vehicle k to {BASE_HEIGHT:g} '
           f'+ k m', flush=True)
-    flying = []
+    flying, real_time = [], []
     for count in [int(n) for n in args.vehicles.split(',')]:
         with held(args.lock):
             load = os.getloadavg()
@@ -143,9 +144,12 @@ def main() -> None:
                   f' {row["lost"]} lost', flush=True)
         if within(rows, args.tolerance):
             flying.append(count)
+            if all(row['speed'] >= REAL_TIME * args.speedup for row in rows):
+                real_time.append(count)
     print(f'\nevery vehicle within {args.tolerance:g} m of its target and of MuJoCo with '
           f'{", ".join(map(str, flying)) or "none"} vehicle(s); the largest: '
-          f'{max(flying) if flying else 0}')
+          f'{max(flying, default=0)}; of those, every SITL at {REAL_TIME:g} x its speedup or '
+          f'more with {", ".join(map(str, real_time)) or "none"}')
 
 
 if __name__ == '__main__':
