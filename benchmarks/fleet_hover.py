@@ -12,7 +12,8 @@ at once: EKF ready, GUIDED, arm, take off to 3 + k m, hover --hold s of SITL tim
 Per vehicle it prints the worst hover error against the target (SITL's GLOBAL_POSITION_INT
 relative altitude) and against MuJoCo's truth read at the same moment, SITL's speed over the
 hover (SITL seconds per wall second) and the frames the link counted skipped or lost; then the
-largest N whose every vehicle hovered within --tolerance of both.
+largest N whose every vehicle hovered within --tolerance of both, and which of those fleets
+kept every SITL at 0.98 x its --speedup or more (slower SITLs still fly, later than asked).
 """
 
 import argparse
