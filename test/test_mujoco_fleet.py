@@ -137,10 +137,12 @@ def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
 
 def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):
     caplog.set_level(logging.INFO, logger='ardupilot_json_bridge.fleet')
-    for _ in range(120):
+    for _ in range(119):
         fleet.step({0: FULL, 1: FULL})
     # Vehicle 1's SITL goes silent in the air: vehicle 0 waits peer_timeout once, then flies on.
+    # Silent since its last frame, which the world has after this instant.
     start = time.monotonic()
+    fleet.step({0: FULL, 1: FULL})
     fleet.step({0: FULL})
     assert time.monotonic() - start >= PEER_TIMEOUT
     start = time.monotonic()
