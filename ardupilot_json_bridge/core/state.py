@@ -203,7 +203,14 @@ class SensorState:
                 self._push_primary(ODOMETRY, sample, outcome, newest)
             elif self._record(ODOMETRY, sample.stamp,
                               self._odometry.append(sample.stamp, sample), newest):
+                self._await_odometry |= self._odometry_caught_up(sample.stamp)
                 self._condition.notify_all()
+
+    def _odometry_caught_up(self, stamp: float) -> bool:
+        """Whether odometry at stamp is within max_odometry_lag of the newest IMU sample."""
+        newest_imu = self._imu.newest_stamp
+        return (newest_imu is None
+                or abs(newest_imu - stamp) <= self.settings.max_odometry_lag)
 
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
@@ -216,6 +223,7 @@ class SensorState:
             return
         if outcome is Appended.RESET:
             self._resets += 1
+            self._await_odometry = True
             self._two_clocks = (newest, sample.stamp) if self._jumped_forward else None
             self._jumped_forward = False
         self._sequence += 1
@@ -302,22 +310,22 @@ class SensorState:
         the odometry catches up.
         """
         deadline = self._clock() + timeout
-        waited = False
+        waited_for_odometry = False
         with self._condition:
             while True:
                 result = self._next_sample_locked(after)
                 if isinstance(result, Instant):
                     self._await_odometry = True
                     return result
-                for_odometry = result.input == ODOMETRY != self.primary
+                for_odometry = result.input == ODOMETRY and self.primary != ODOMETRY
                 remaining = deadline - self._clock()
                 if (not result.waits or self._closed or remaining <= 0.0
                         or (for_odometry and not self._await_odometry)):
-                    if for_odometry and waited and remaining <= 0.0:
+                    if waited_for_odometry and for_odometry and remaining <= 0.0:
                         self._await_odometry = False
                     return result
                 self._condition.wait(remaining)
-                waited = True
+                waited_for_odometry = for_odometry
 
     def _next_sample_locked(self, after: int) -> Union[Instant, Unavailable]:
         if self._sequence <= after:
