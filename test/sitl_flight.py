@@ -161,6 +161,7 @@ class FlightRecord:
     moved: bool = False
     wall_seconds: float = 0.0
     sim_seconds: float = 0.0
+    hover_wall_seconds: float = 0.0
 
     @property
     def frame(self) -> Optional[str]:
@@ -324,11 +325,12 @@ def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
         if not record.reached:
             return record
         flight.pump(2.0)
-        begin = flight.boot_ms
+        begin, hover_started = flight.boot_ms, time.monotonic()
         while flight.boot_ms - begin < hold * 1000 and time.monotonic() - started < timeout:
             flight.pump(0.05)
             record.hover.append((flight.boot_ms / 1000.0, flight.relative_alt, truth()))
         record.sim_seconds = (flight.boot_ms - begin) / 1000.0
+        record.hover_wall_seconds = time.monotonic() - hover_started
         if leg:
             flight.go_north(leg, altitude)
             record.moved = flight.wait(lambda: flight.north > leg - 0.5, timeout / 4)

@@ -25,6 +25,7 @@ from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: 
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     DEFAULT_MODEL, load_world, MujocoVehicle)
 from conftest import free_udp_port, reaped  # noqa: E402
+import fleet_flight  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import parse_reply, SitlPeer  # noqa: E402
 
@@ -136,10 +137,12 @@ def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
 
 def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):
     caplog.set_level(logging.INFO, logger='ardupilot_json_bridge.fleet')
-    for _ in range(120):
+    for _ in range(119):
         fleet.step({0: FULL, 1: FULL})
     # Vehicle 1's SITL goes silent in the air: vehicle 0 waits peer_timeout once, then flies on.
+    # Silent since its last frame, which the world has after this instant.
     start = time.monotonic()
+    fleet.step({0: FULL, 1: FULL})
     fleet.step({0: FULL})
     assert time.monotonic() - start >= PEER_TIMEOUT
     start = time.monotonic()
@@ -236,48 +239,11 @@ def test_the_fleet_command_serves_each_sitl_and_records_each_vehicle(tmp_path):
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
 def test_two_real_arducopters_take_off_to_their_heights_in_one_world():
-    config = load_config(default_preset('mujoco_quad_x.yaml'), '', {})
-    world = load_world(DEFAULT_MODEL, 2)
-    vehicles = [MujocoVehicle(DEFAULT_MODEL, world, k) for k in range(2)]
-    for vehicle in vehicles:
-        vehicle.reset()
-    fleet = FleetWorld(vehicles, config.link.peer_timeout, first_instance=3)
-    links, sources = [], []
-    for index, vehicle in enumerate(vehicles):
-        state = SensorState(StateSettings(pacing=SAMPLES))
-        source = MujocoLockStep(vehicle, state, config.outputs, world=fleet)
-        link = SitlLink(LinkSettings(instance=3 + index), state, on_frame=source.on_frame,
-                        on_restart=source.on_restart, after_reply=source.after_reply)
-        link.start()
-        links.append(link)
-        sources.append(source)
-    starts = [vehicle.state().position[2] for vehicle in vehicles]
     heights = (4.0, 6.0)
-    records: Dict[int, sitl_flight.FlightRecord] = {}
-
-    def fly(index: int, sitl: sitl_flight.Sitl) -> None:
-        records[index] = sitl_flight.fly(
-            sitl, heights[index], 5.0,
-            lambda: vehicles[index].state().position[2] - starts[index])
-
-    try:
-        with sitl_flight.Sitl(instance=3, speedup=2) as first, \
-                sitl_flight.Sitl(instance=4, speedup=2) as second:
-            pilots = [threading.Thread(target=fly, args=(k, sitl))
-                      for k, sitl in enumerate((first, second))]
-            for pilot in pilots:
-                pilot.start()
-            for pilot in pilots:
-                pilot.join(400)
-            logs = [first.log()[-1500:], second.log()[-1500:]]
-    finally:
-        fleet.close()
-        for link in links:
-            link.stop()
-    for index, height in enumerate(heights):
-        record = records.get(index)
+    flight = fleet_flight.fly_fleet(heights, speedup=2, hold=5.0)
+    for index, (height, record) in enumerate(zip(heights, flight.records)):
         assert record is not None and record.armed and record.reached, (
-            index, record and record.texts, logs[index])
+            index, record and record.texts, flight.logs[index])
         assert record.worst_hover_error(height) < 0.5, (index, record.hover)
         assert record.worst_truth_error() < 0.5, (index, record.hover)
         print(f'vehicle {index}: hover at {height} m, worst error '
@@ -285,5 +251,5 @@ def test_two_real_arducopters_take_off_to_their_heights_in_one_world():
               f'{record.worst_truth_error():.3f} m; {record.sim_seconds:.1f} s of hover in a '
               f'{record.wall_seconds:.1f} s flight')
     # They flew in one world side by side: the same physics clock, 2 m apart.
-    north = [vehicle.state().position[1] for vehicle in vehicles]
+    north = [position[1] for position in flight.positions]
     assert north[1] - north[0] == pytest.approx(SPACING, abs=1.0)
