@@ -164,6 +164,83 @@ def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_b
     assert reply_first[-1]['position'] == pytest.approx(lock_step[-2]['position'], abs=1e-5)
 
 
+def test_reply_first_recovers_from_one_failed_step_at_the_next_frame(caplog):
+    # The vehicle's 5th step (after frame 4's reply) raises once: frame 5 is answered with
+    # the vehicle as it is, at first ask, and every frame after it too.
+    config = load_config(default_preset(), '', {})
+    vehicle = MujocoVehicle()
+    advance, calls = vehicle.advance, []
+
+    def failing_once(duration: float) -> None:
+        calls.append(duration)
+        if len(calls) == 5:
+            raise FloatingPointError('the 5th step blew up')
+        advance(duration)
+
+    vehicle.advance = failing_once
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, config.outputs[0], reply_first=True)
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=0.2), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart,
+                    after_reply=source.after_reply)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    try:
+        replies = peer.lock_step(40, [1700] * 4 + [1000] * 12, timeout=60.0, wait=1.0)
+    finally:
+        peer.close()
+        link.stop()
+    assert len(replies) == 40
+    assert link.stats.new_frames == 40
+    assert link.stats.unanswered == 0, link.stats.summary()      # no wait ran out
+    assert link.stats.received == 40, link.stats.summary()       # no frame sent twice
+    assert 'stepping frame 4 failed (the 5th step blew up); the next frame is answered ' \
+        'with the vehicle as it is' in caplog.text
+    stamps = [r['timestamp'] for r in replies]
+    assert all(b > a for a, b in zip(stamps, stamps[1:])), stamps
+
+
+class ListRecorder:
+    """Keeps what a recorder is handed: (physics frame, PWM) per recorded state."""
+
+    def __init__(self) -> None:
+        self.frames = []
+
+    def add(self, state, pwm, commands, vehicle: int = 0) -> None:
+        self.frames.append((round(state.time * 1200), tuple(pwm)))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
+def test_the_recording_holds_every_state_replied_with_and_the_pwm_that_made_it(reply_first):
+    config = load_config(default_preset(), '', {})
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    recorder = ListRecorder()
+    source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0], recorder=recorder,
+                            reply_first=reply_first)
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart,
+                    after_reply=source.after_reply)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    pwms = [tuple([1600 + 10 * k] * 4 + [1000] * 12) for k in range(4)]
+    try:
+        replies = [peer.step(pwm=pwm) for pwm in pwms]
+    finally:
+        peer.close()
+        link.stop()
+        source.close()
+    assert [round(r['timestamp'] * 1200) for r in replies] == [0, 1, 2, 3]  # from the first
+    if reply_first:
+        # Frame k answered with physics frame k, made by frame k - 1's PWM (the first: none).
+        assert recorder.frames == [(0, ())] + list(zip([1, 2, 3], pwms[:3]))
+    else:
+        # Frame k answered with physics frame k + 1, made by its own PWM.
+        assert recorder.frames == list(zip([1, 2, 3, 4], pwms))
+
+
 def read_bag(path) -> dict:
     """Topic -> (type, [(log time ns, message)]), read with rosbags itself."""
     from pathlib import Path

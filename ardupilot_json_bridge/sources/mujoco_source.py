@@ -119,6 +119,7 @@ class MujocoLockStep:
         if self.reply_first:
             if not self._primed:
                 self._prime(packet)
+            self._record()  # what this frame is answered with
             self._to_step = packet
             self.frames += 1
             return
@@ -131,7 +132,8 @@ class MujocoLockStep:
         if newest is not None and self.vehicle.time <= newest:
             # A restart within the frame after the last push: the reset vehicle a frame on.
             self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
-        self._pushed(packet.pwm, list(self.vehicle.commands))
+        # No PWM of this session produced the state (none: empty, SITL's unused channels).
+        self._pushed((), list(self.vehicle.commands))
 
     def _step(self, packet: ServoPacket) -> None:
         """Apply packet's PWM, step one frame period and push the new samples."""
@@ -157,20 +159,36 @@ class MujocoLockStep:
 
     def after_reply(self) -> None:
         """
-        Step the frame just answered (reply-first), record it and sync the viewer.
+        Record the reading just replied with (lock-step; reply-first records it in on_frame),
+        step the frame answered (reply-first) and sync the viewer.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
         """
+        if not self.reply_first:
+            self._record()
         if self._to_step is not None:
             packet, self._to_step = self._to_step, None
-            self._step(packet)
+            try:
+                self._step(packet)
+            except Exception as error:
+                # Nothing new was pushed for the next frame: it is answered as after a restart.
+                self._primed = False
+                raise VehicleError(f'stepping frame {packet.frame_count} failed ({error}); the '
+                                   'next frame is answered with the vehicle as it is') from error
+        self._sync_viewer()
+
+    def _record(self) -> None:
+        """Record the reading pushed last with the PWM that produced it (none: primed)."""
         if self._pending is None:
             return
         reading, pwm, commands = self._pending
         self._pending = None
         if self.recorder is not None:
             self.recorder.add(reading, pwm, commands, self.vehicle.index)
+
+    def _sync_viewer(self) -> None:
+        """Show the vehicle, at most VIEWER_PERIOD apart."""
         if self._viewer is not None:
             now = time.monotonic()
             if now - self._viewer_synced >= VIEWER_PERIOD:
