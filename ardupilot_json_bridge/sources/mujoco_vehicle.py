@@ -363,7 +363,9 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
 
     Each advance ends with mj_forward (the sensors at the new state), which is mj_step1 at
     that state: the next advance's first step is then MuJoCo's split step, commands set
-    between mj_step1 and mj_step2, and only mj_step2 runs. Code that changes data's state
+    between mj_step1 and mj_step2, and only mj_step2 runs; bit-identical to mj_step for the
+    Euler and implicit integrators, not RK4 (mj_step2 never runs RK4), so an RK4 model
+    always steps with mj_step. Code that changes data's state
     between advances must run mj_forward after (MuJoCo's own rule for mj_step2), or clear
     the first vehicle's `forwarded`.
     """
@@ -372,12 +374,14 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     count = max(1, round(duration / first.nominal_step))
     step = duration / count
     model.opt.timestep = step
+    # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
+    split = first.forwarded and model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
     for vehicle in vehicles:
         vehicle._prepare(step)
     for index in range(count):
         for vehicle in vehicles:
             vehicle._before_step(step)
-        if index == 0 and first.forwarded:
+        if index == 0 and split:
             mujoco.mj_step2(model, data)
         else:
             mujoco.mj_step(model, data)
