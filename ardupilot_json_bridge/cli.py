@@ -291,7 +291,6 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.sources.replay import resolve_topic
     if args.model and args.model_path:
         raise ConfigError(f'name the model once: --model {args.model} or {args.model_path}')
-    sys.setswitchinterval(LOCK_STEP_SWITCH_INTERVAL)
     path, shipped = shipped_model(args.model or args.model_path or DEFAULT_VEHICLE)
     preset = args.config or default_preset(shipped.preset if shipped else 'mujoco_quad_x.yaml')
     if preset is None:
@@ -361,9 +360,25 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
 
 def serve_all(links: List[SitlLink], stop: threading.Event,
               checks: List[LiveConventions], fleet=None) -> int:
-    """Serve lock-step links (their sources run in the links' threads) until stop is set."""
-    if len(links) == 1:
-        return serve(links[0], NoSource(), stop, checks[0])
+    """
+    Serve lock-step links (their sources run in the links' threads) until stop is set.
+
+    Meanwhile the GIL switch interval is short (restored after): Python's 5 ms would let
+    the checks' judge hold SITL's reply back for frames.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(LOCK_STEP_SWITCH_INTERVAL)
+    try:
+        if len(links) == 1:
+            return serve(links[0], NoSource(), stop, checks[0])
+        return _serve_fleet(links, stop, checks, fleet)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _serve_fleet(links: List[SitlLink], stop: threading.Event,
+                 checks: List[LiveConventions], fleet) -> int:
+    """Serve a fleet's links until stop is set, then report each."""
     for link, conventions in zip(links, checks):
         link.start()
         conventions.start()

@@ -361,14 +361,20 @@ def test_recording_over_an_existing_path_is_refused_before_anything_starts(tmp_p
     assert 'taken exists; name a new directory for the bag' in caplog.text
 
 
-def test_the_mujoco_command_shortens_the_gil_switch_interval(tmp_path):
+def test_the_mujoco_command_shortens_the_gil_switch_interval_while_it_serves(monkeypatch):
     # Python's default (5 ms) would let the checks' judge hold SITL's reply back for frames.
-    (tmp_path / 'taken').mkdir()
+    import ardupilot_json_bridge.cli as cli
+    seen = []
+    monkeypatch.setattr(cli, 'serve', lambda *args: seen.append(sys.getswitchinterval()) or 0)
     default = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     try:
-        main(['mujoco', '--record', str(tmp_path / 'taken'), '--port', str(free_udp_port())])
-        assert sys.getswitchinterval() == pytest.approx(1e-4, rel=1e-6)
+        assert main(['mujoco', '--port', str(free_udp_port())]) == 0
+        assert seen == [pytest.approx(1e-4, rel=1e-6)]
+        assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)  # restored after
+        # A refused command changes nothing.
+        assert main(['mujoco', '--vehicles', '2', '--reply-first']) == 2
+        assert sys.getswitchinterval() == pytest.approx(0.005, rel=1e-6)
     finally:
         sys.setswitchinterval(default)
 
