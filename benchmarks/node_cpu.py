@@ -25,10 +25,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, os.path.join(ROOT, 'test'))
 
+from proc_stats import cpu_seconds  # noqa: E402
 import sitl_flight  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'config', 'mujoco_quad_x.yaml')
-TICKS = os.sysconf('SC_CLK_TCK')
 INSTANCE = 4
 
 
@@ -43,12 +43,7 @@ def children(pid: int) -> List[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds of pid and its descendants (those still running)."""
-    try:
-        with open(f'/proc/{pid}/stat') as stream:
-            fields = stream.read().rsplit(')', 1)[1].split()
-    except OSError:
-        return 0.0
-    own = (int(fields[11]) + int(fields[12])) / TICKS
+    own = cpu_seconds(pid) or 0.0
     return own + sum(tree_cpu_seconds(child) for child in children(pid))
 
 

@@ -27,6 +27,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from proc_stats import cpu_seconds
+
 SPEEDUP = 100
 # SITL's JSON frames per second of its own clock (the default SIM_RATE_HZ of ArduCopter).
 FRAME_RATE = 1200
@@ -91,21 +93,18 @@ def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
                             stdout=subprocess.DEVNULL, env=environment)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time a process has used so far (s), from /proc; 0 if gone."""
-    try:
-        with open(f'/proc/{pid}/stat') as stat:
-            fields = stat.read().rsplit(')', 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+def per_frame(cpu: Optional[float], frames: int) -> str:
+    """CPU seconds per SITL second as microseconds per frame; n/a for a process gone."""
+    return 'n/a (the process died)' if cpu is None else f'{cpu / frames * 1e6:.1f} us'
 
 
-def sim_rate(seconds: float, pids: Sequence[int] = ()) -> Tuple[float, List[float]]:
+def sim_rate(seconds: float,
+             pids: Sequence[int] = ()) -> Tuple[float, List[Optional[float]]]:
     """
     Return SITL's clock per wall second, and each pid's CPU seconds per SITL second.
 
     Both over seconds of wall time after a warm-up; SITL's clock is read from SYSTEM_TIME.
+    A process gone before the end has no CPU figure (None).
     """
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
@@ -141,8 +140,9 @@ def sim_rate(seconds: float, pids: Sequence[int] = ()) -> Tuple[float, List[floa
         if start_ms is None or end_ms is None or end_ms <= start_ms:
             return 0.0, [0.0 for _ in pids]
         simulated = (end_ms - start_ms) / 1000.0
-        return simulated / (wall - 0.25), [(e - s) / simulated
-                                           for s, e in zip(start_cpu, end_cpu)]
+        return simulated / (wall - 0.25), [
+            None if s is None or e is None else (e - s) / simulated
+            for s, e in zip(start_cpu, end_cpu)]
     finally:
         mav.close()
 
@@ -164,8 +164,8 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
         rate, cpu = sim_rate(seconds, [p.pid for p in [child, sitls[0]] if p is not None])
         if child is not None:
             frames = FRAME_RATE  # SITL frames per SITL second
-            print(f'    CPU per SITL frame: backend {cpu[0] / frames * 1e6:.1f} us, SITL '
-                  f'{cpu[1] / frames * 1e6:.1f} us', flush=True)
+            print(f'    CPU per SITL frame: backend {per_frame(cpu[0], frames)}, SITL '
+                  f'{per_frame(cpu[1], frames)}', flush=True)
         return rate
     finally:
         for process in sitls + [child]:
