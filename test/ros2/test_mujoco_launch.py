@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from ros2_tools import (
-    bag_info_counts, free_instances, launch, read_bag, ros2, Running, share, start_sitl, stop)
+    bag_info_counts, free_instances, launch, read_bag, ros2, Running, share, start_sitl, stop,
+    stop_recorder)
 import sitl_flight
 from sitl_peer import SitlPeer
 
@@ -140,8 +141,10 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
         assert recorder.wait_for_text('Recording...', 30), recorder.output
         flight = fly_launched([instance], launched)[instance]
     finally:
-        recorder.interrupt()
-        output = stop(launched)
+        try:
+            stop_recorder(recorder, bag)
+        finally:
+            output = stop(launched)
     print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
     flight.launch_output = output
     return flight, bag, namespace
