@@ -289,7 +289,8 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         positions = np.array([r['position'] for r in replies])
         jumps = np.flatnonzero(np.linalg.norm(np.diff(positions, axis=0), axis=1) > 0.05)
         assert len(jumps) >= 2, output[-2000:]
-        assert output.count('physics time went back') >= 2, output[-2000:]
+        # Said at least once: the warning is rate-limited (5 s), a round of the loop is 3 s.
+        assert 'physics time went back' in output, output[-2000:]
         sessions = np.split(np.array(replies, dtype=object), jumps + 1)
     else:
         sessions = [replies]
