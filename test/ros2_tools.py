@@ -50,6 +50,16 @@ def share(*parts: str) -> str:
     return os.path.join(get_package_share_directory(PACKAGE), *parts)
 
 
+def preset_with(folder: str, name: str, extra: str) -> str:
+    """Write the installed MuJoCo preset with extra parameter lines as folder/name; its path."""
+    with open(share('config', 'mujoco_quad_x.yaml')) as stream:
+        text = stream.read()
+    path = os.path.join(folder, name)
+    with open(path, 'w') as stream:
+        stream.write(text + extra)
+    return path
+
+
 def ros2(*arguments: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """
     Run one ros2 command to its end; stdout and stderr together.

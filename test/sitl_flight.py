@@ -48,6 +48,12 @@ def sitl_binary(name: str = 'arducopter') -> Optional[str]:
     return path if folder and os.access(path, os.X_OK) else None
 
 
+def json_sitl_command(binary: str, instance: int, speedup: float, defaults: str) -> List[str]:
+    """Return the command line of a prebuilt SITL against a JSON backend on 127.0.0.1."""
+    return [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I', str(instance),
+            '--serial0', 'tcp:0', '--defaults', defaults, '--wipe']
+
+
 class Sitl:
     """ArduCopter SITL against a JSON backend on 127.0.0.1, in a scratch folder."""
 
@@ -56,21 +62,25 @@ class Sitl:
         binary = sitl_binary()
         if binary is None:
             raise RuntimeError(f'set {SITL_DIR_VARIABLE} to a folder with arducopter')
-        self.folder = tempfile.mkdtemp(prefix='sitl-')
+        folder = tempfile.mkdtemp(prefix='sitl-')
         defaults = os.path.join(os.path.dirname(binary), 'copter.parm') + ',' + os.path.normpath(
             QUAD_X_DEFAULTS)
         if extra_parameters:
-            extra = os.path.join(self.folder, 'extra.parm')
+            extra = os.path.join(folder, 'extra.parm')
             with open(extra, 'w') as stream:
                 stream.write(extra_parameters)
             defaults += ',' + extra
-        self.log_path = os.path.join(self.folder, 'sitl.log')
+        self._start(folder, json_sitl_command(binary, instance, speedup, defaults),
+                    5760 + 10 * instance)
+
+    def _start(self, folder: str, command: List[str], mavlink_port: int) -> None:
+        """Run command in folder (removed on close), its output to sitl.log there."""
+        self.folder = folder
+        self.log_path = os.path.join(folder, 'sitl.log')
         self._log = open(self.log_path, 'w')
-        self.process = subprocess.Popen(
-            [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I',
-             str(instance), '--serial0', 'tcp:0', '--defaults', defaults, '--wipe'],
-            cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
-        self.mavlink_port = 5760 + 10 * instance
+        self.process = subprocess.Popen(command, cwd=folder, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        self.mavlink_port = mavlink_port
 
     def log(self) -> str:
         self._log.flush()
@@ -206,6 +216,36 @@ class Flight:
     def _gone(self) -> None:
         raise SitlDied(self.sitl.failure('closed its MAVLink connection'))
 
+    def receive(self, timeout: float):
+        """
+        Return the next MAVLink message within timeout s (None if none came); SitlDied if gone.
+
+        Keeps what every flight needs: SITL's STATUSTEXT in record.texts, the EKF flags and
+        origin, the altitude, north and SITL's boot time.
+        """
+        try:
+            message = self.mav.recv_match(blocking=True, timeout=timeout)
+        except OSError as error:
+            raise SitlDied(self.sitl.failure(f'MAVLink failed ({error})')) from None
+        if message is None:
+            self.sitl.check_alive()
+            return None
+        kind = message.get_type()
+        if kind == 'STATUSTEXT':
+            self.record.texts.append(message.text)
+            if 'origin set' in message.text.lower():
+                self.origin_set = True
+        elif kind == 'EKF_STATUS_REPORT':
+            self.ekf_flags = message.flags
+        elif kind == 'GLOBAL_POSITION_INT':
+            self.relative_alt = message.relative_alt / 1000.0
+            self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+        elif kind == 'LOCAL_POSITION_NED':
+            self.north = message.x
+        elif kind == 'SYSTEM_TIME':
+            self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+        return message
+
     def pump(self, seconds: float) -> None:
         """Read messages for seconds of wall time, keeping what the flight needs."""
         deadline = time.monotonic() + seconds
@@ -213,27 +253,7 @@ class Flight:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            try:
-                message = self.mav.recv_match(blocking=True, timeout=min(remaining, 0.2))
-            except OSError as error:
-                raise SitlDied(self.sitl.failure(f'MAVLink failed ({error})')) from None
-            if message is None:
-                self.sitl.check_alive()
-                continue
-            kind = message.get_type()
-            if kind == 'STATUSTEXT':
-                self.record.texts.append(message.text)
-                if 'origin set' in message.text.lower():
-                    self.origin_set = True
-            elif kind == 'EKF_STATUS_REPORT':
-                self.ekf_flags = message.flags
-            elif kind == 'GLOBAL_POSITION_INT':
-                self.relative_alt = message.relative_alt / 1000.0
-                self.boot_ms = message.time_boot_ms
-            elif kind == 'LOCAL_POSITION_NED':
-                self.north = message.x
-            elif kind == 'SYSTEM_TIME':
-                self.boot_ms = max(self.boot_ms, message.time_boot_ms)
+            self.receive(min(remaining, 0.2))
 
     def wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -243,13 +263,18 @@ class Flight:
             self.pump(0.2)
         return True
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the EKF origin and flags 0x1F: attitude, velocities, horizontal position."""
+        return self.wait(lambda: self.ekf_flags & 0x1F == 0x1F and self.origin_set, timeout)
+
     def set_mode(self, mode: str) -> None:
         self.mav.set_mode(self.mav.mode_mapping()[mode])
 
-    def arm(self, timeout: float) -> bool:
+    def arm(self, timeout: float, mode: str = 'GUIDED') -> bool:
+        """Arm in mode, asking again each second until timeout s; True once armed."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.set_mode('GUIDED')
+            self.set_mode(mode)
             self.mav.arducopter_arm()
             self.pump(1.0)
             if self.mav.motors_armed():
@@ -288,8 +313,7 @@ def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
     flight = Flight(sitl)
     record = flight.record
     try:
-        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
-                            timeout / 2)
+        ready = flight.wait_ready(timeout / 2)
         if not ready:
             return record
         record.armed = flight.arm(timeout / 4)

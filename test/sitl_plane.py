@@ -58,37 +58,22 @@ def fly_circuit(sitl: sitl_flight.Sitl, truth: Callable[[], Point3], altitude: f
     # One deadline for the whole circuit: a SITL that stops sending must not hold every
     # phase for the full timeout in turn.
     finish = started + timeout
-    record = CircuitRecord()
-    mav = flight.mav
+    record = CircuitRecord(texts=flight.record.texts)
 
     def pump_for(seconds: float, into: List[Point3]) -> None:
         begin = flight.boot_ms
         while flight.boot_ms - begin < seconds * 1000 and time.monotonic() < finish:
-            message = mav.recv_match(blocking=True, timeout=0.1)
+            message = flight.receive(0.1)
             into.append(truth())
-            if message is None:
-                sitl.check_alive()
-                continue
-            kind = message.get_type()
-            if kind == 'STATUSTEXT':
-                record.texts.append(message.text)
-            elif kind in ('GLOBAL_POSITION_INT', 'SYSTEM_TIME'):
-                flight.boot_ms = max(flight.boot_ms, message.time_boot_ms)
-            elif kind == 'WIND':
+            if message is not None and message.get_type() == 'WIND':
                 record.wind.append((message.direction, message.speed, message.speed_z))
 
     try:
-        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
-                            timeout / 3)
+        ready = flight.wait_ready(timeout / 3)
         if not ready:
             return record
         flight.pump(5.0)
-        deadline = time.monotonic() + 60
-        while not mav.motors_armed() and time.monotonic() < deadline:
-            flight.set_mode('MANUAL')
-            mav.arducopter_arm()
-            flight.pump(1.0)
-        record.armed = mav.motors_armed()
+        record.armed = flight.arm(60.0, 'MANUAL')
         if not record.armed:
             return record
         flight.set_mode('TAKEOFF')

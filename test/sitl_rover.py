@@ -9,7 +9,6 @@ ArduCopter; tests skip where it is missing.
 from dataclasses import dataclass, field
 import math
 import os
-import subprocess
 import tempfile
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -29,16 +28,10 @@ class VehicleSitl(sitl_flight.Sitl):
         if binary is None:
             raise RuntimeError(f'set {sitl_flight.SITL_DIR_VARIABLE} to a folder with '
                                f'{binary_name}')
-        folder = os.path.dirname(binary)
-        self.folder = tempfile.mkdtemp(prefix=f'sitl-{binary_name}-')
-        self.log_path = os.path.join(self.folder, 'sitl.log')
-        self._log = open(self.log_path, 'w')
-        self.process = subprocess.Popen(
-            [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I',
-             str(instance), '--serial0', 'tcp:0', '--wipe', '--defaults',
-             ','.join(os.path.join(folder, name) for name in parms)],
-            cwd=self.folder, stdout=self._log, stderr=subprocess.STDOUT)
-        self.mavlink_port = 5760 + 10 * instance
+        defaults = ','.join(os.path.join(os.path.dirname(binary), name) for name in parms)
+        self._start(tempfile.mkdtemp(prefix=f'sitl-{binary_name}-'),
+                    sitl_flight.json_sitl_command(binary, instance, speedup, defaults),
+                    5760 + 10 * instance)
 
 
 def rover_sitl(instance: int = 0, speedup: float = 1.0,
@@ -130,35 +123,24 @@ def drive_square(sitl: sitl_flight.Sitl, side: float, truth: Callable[[], Point]
     """EKF ready, upload the square, arm, AUTO; sample truth (east, north) until home."""
     started = time.monotonic()
     flight = sitl_flight.Flight(sitl)
-    record = DriveRecord()
+    record = DriveRecord(texts=flight.record.texts)
     corners: List[Point] = []
     try:
-        ready = flight.wait(lambda: flight.ekf_flags & 0x1F == 0x1F and flight.origin_set,
-                            timeout / 3)
+        ready = flight.wait_ready(timeout / 3)
         if not ready:
             return record, corners
         corners = upload_square(flight, side)
-        deadline = time.monotonic() + timeout / 4
-        while not flight.mav.motors_armed() and time.monotonic() < deadline:
-            flight.set_mode('HOLD')
-            flight.mav.arducopter_arm()
-            flight.pump(1.0)
-        record.armed = flight.mav.motors_armed()
+        record.armed = flight.arm(timeout / 4, 'HOLD')
         if not record.armed:
             return record, corners
         flight.set_mode('AUTO')
         last = len(corners) - 1
-        mav = flight.mav
         while time.monotonic() - started < timeout:
-            message = mav.recv_match(blocking=True, timeout=0.05)
+            message = flight.receive(0.05)
             record.track.append(truth())
             if message is None:
-                sitl.check_alive()
                 continue
-            kind = message.get_type()
-            if kind == 'STATUSTEXT':
-                record.texts.append(message.text)
-            elif kind == 'MISSION_ITEM_REACHED' and message.seq not in record.reached:
+            if message.get_type() == 'MISSION_ITEM_REACHED' and message.seq not in record.reached:
                 record.reached.append(message.seq)
                 if message.seq == last:
                     record.finished = True

@@ -7,14 +7,9 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
-from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa: E402
-from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings  # noqa: E402
-from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
-from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.cli import main  # noqa: E402
 from ardupilot_json_bridge.sources.fixed_wing import (  # noqa: E402
     Coefficients, drag_coefficient, lift_coefficient, wrench)
-from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
-from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
@@ -22,7 +17,7 @@ from conftest import free_udp_port  # noqa: E402
 from recorded import assert_layout_named, check_recording, wrong_rows  # noqa: E402
 import sitl_flight  # noqa: E402
 import sitl_plane  # noqa: E402
-from test_mujoco_rover import FRAME, recorded_loop, serve  # noqa: E402
+from test_mujoco_rover import FRAME, lock_step_shipped, recorded_loop, serve  # noqa: E402
 
 SPEED, ALTITUDE = 20.0, 100.0
 # SIM_Plane.h's set, typed here from ArduPilot's source (not read from plane.xml).
@@ -198,25 +193,14 @@ def judge_circuit(record, wind, how: str) -> None:
 def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind(tmp_path):
     pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
-    path, shipped = shipped_model('plane')
     instance = sitl_flight.instance(6)
-    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': instance})
-    model = MujocoVehicle(path)
     wind = (-5.0, 0.0, 0.0)          # from the east, 5 m/s: a headwind for the take-off
-    model.wind = Wind(wind)
-    state = SensorState(StateSettings(pacing=SAMPLES))
     recording = str(tmp_path / 'flight')
-    source = MujocoLockStep(model, state, config.outputs,
-                            recorder=FlightRecorder(recording, '/commands'))
-    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
-    link.start()
-    try:
+    with lock_step_shipped('plane', instance, recording) as model:
+        model.wind = Wind(wind)
         with sitl_plane.plane_sitl(instance=instance, speedup=3) as sitl:
             record = sitl_plane.fly_circuit(sitl, lambda: tuple(model.state().position))
             log = sitl.log()
-    finally:
-        link.stop()
-        source.close()
     assert record.took_off, (record.texts[-8:], log[-1500:])
     judge_circuit(record, wind, f'in lock-step, {model.time:.0f} s of physics')
     # The recording of the whole flight, judged as a plane: nothing wrong.

@@ -1,9 +1,11 @@
 """The MuJoCo rovers: steering, throttle and skid-steer signs, and real ArduRover's mission."""
 
+from contextlib import contextmanager
 import math
 import signal
 import subprocess
 import sys
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -208,6 +210,24 @@ def test_a_recorded_skid_steer_drive_is_judged_on_its_left_side_apart_from_its_r
     assert layout[0] == 'ok' and 'SERVO1 (steering)' in layout[1], table
 
 
+@contextmanager
+def lock_step_shipped(vehicle: str, instance: int, recording: str) -> Iterator[MujocoVehicle]:
+    """Serve SITL instance from a shipped vehicle in lock-step, recording; yield the model."""
+    path, shipped = shipped_model(vehicle)
+    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': instance})
+    model = MujocoVehicle(path)
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(model, state, config.outputs,
+                            recorder=FlightRecorder(recording, '/commands'))
+    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    try:
+        yield model
+    finally:
+        link.stop()
+        source.close()
+
+
 def mission_figures(record, corners, wp_speed: float, wp_radius: float = 3.0):
     """Return the worst waypoint miss, cross-track error and the home error, in metres."""
     misses = [sitl_rover.nearest(record.track, corner) for corner in corners[1:]]
@@ -225,25 +245,14 @@ def test_real_ardurover_drives_a_20_m_square_in_auto_in_lock_step(vehicle, wp_sp
     pytest.importorskip('rosbags', reason='the drive is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
     # WP_SPEED and WP_RADIUS (3 m) as rover.parm and rover-skid.parm set them.
-    path, shipped = shipped_model(vehicle)
     instance = sitl_flight.instance(4)
-    config = load_config(default_preset(shipped.preset), '', {'port': 0, 'instance': instance})
-    model = MujocoVehicle(path)
-    state = SensorState(StateSettings(pacing=SAMPLES))
     recording = str(tmp_path / 'drive')
-    source = MujocoLockStep(model, state, config.outputs,
-                            recorder=FlightRecorder(recording, '/commands'))
-    link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart)
-    link.start()
-    try:
-        with sitl_rover.rover_sitl(instance=instance, speedup=3,
-                                   skid=vehicle == 'rover_skid') as sitl:
-            record, corners = sitl_rover.drive_square(
-                sitl, 20.0, lambda: tuple(model.state().position[:2]))
-            log = sitl.log()
-    finally:
-        link.stop()
-        source.close()
+    with lock_step_shipped(vehicle, instance, recording) as model, \
+            sitl_rover.rover_sitl(instance=instance, speedup=3,
+                                  skid=vehicle == 'rover_skid') as sitl:
+        record, corners = sitl_rover.drive_square(
+            sitl, 20.0, lambda: tuple(model.state().position[:2]))
+        log = sitl.log()
     assert record.armed and record.finished, (record.reached, record.texts[-8:], log[-1500:])
     miss, cross_track, home = mission_figures(record, corners, wp_speed)
     corner = sitl_rover.worst_path_distance(record.track, corners)

@@ -4,6 +4,7 @@ from dataclasses import replace
 import logging
 import math
 import threading
+from typing import Callable, Optional
 
 import pytest
 
@@ -434,3 +435,104 @@ def test_the_state_serves_the_new_clock_after_a_small_jump_back():
     assert state.meters['imu'].out_of_order == 4
     result = state.wait_for_stamp(0.5, 0.0)
     assert isinstance(result, Instant) and result.gyro == pytest.approx(turning)
+
+
+class CountedWaits:
+    """Stands in for the state's condition wait: no wall time passes, the fake clock does."""
+
+    def __init__(self, clock: FakeClock,
+                 during: Optional[Callable[[], None]] = None) -> None:
+        self.clock, self.during, self.count = clock, during, 0
+
+    def __call__(self, timeout: Optional[float] = None) -> bool:
+        self.count += 1
+        self.clock.now += timeout
+        if self.during is not None:
+            self.during()
+        return False
+
+
+def test_lock_step_waits_once_for_odometry_that_lags_then_decides_at_once(monkeypatch):
+    # One clock: IMU at 1 kHz, odometry at 20 Hz stamped 0.3 s late (max_odometry_lag 0.25),
+    # served in lock-step as replay --rate 0 does: one IMU sample per frame, 0.5 s to wait.
+    clock = FakeClock()
+    state = SensorState(LOCK_STEP, clock=clock)
+    waits = CountedWaits(clock)
+    monkeypatch.setattr(state._condition, 'wait', waits)
+    after, unanswered = 0, 0
+    for i in range(400):
+        stamp = 100.0 + i * 0.001
+        if i % 50 == 0:
+            state.push_odometry(odometry(stamp - 0.3))
+        state.push_imu(imu(stamp))
+        clock.now += 0.001
+        result = state.wait_for_sample(after, 0.5)
+        if isinstance(result, Unavailable):
+            assert result.input == 'odometry', result
+            unanswered += 1
+        after = result.sequence
+    # Frame i is 0.300 + (i % 50) / 1000 s from the newest odometry: always past 0.25 s.
+    assert unanswered == 400
+    # One full wait established the lag; the other 399 frames were decided at once.
+    assert waits.count == 1, f'{waits.count} waits of 0.5 s for 400 frames'
+    # Odometry catches up: the very next frame is answered without waiting.
+    state.push_odometry(odometry(100.4))
+    state.push_imu(imu(100.4))
+    result = state.wait_for_sample(after, 0.5)
+    assert isinstance(result, Instant) and result.stamp == pytest.approx(100.4)
+    assert waits.count == 1
+    # Once answered, odometry that is late again is waited for (it may still come).
+    state.push_imu(imu(100.7))
+    waits.during = lambda: state.push_odometry(odometry(100.65))
+    result = state.wait_for_sample(result.sequence, 0.5)
+    assert isinstance(result, Instant) and result.stamp == pytest.approx(100.7)
+    assert waits.count == 2
+
+
+def test_lock_step_waits_again_once_odometry_catches_up_or_the_clock_restarts(monkeypatch):
+    clock = FakeClock()
+    state = SensorState(LOCK_STEP, clock=clock)
+    waits = CountedWaits(clock)
+    monkeypatch.setattr(state._condition, 'wait', waits)
+    # Odometry 0.3 s behind the IMU (max_odometry_lag 0.25): one wait in vain sets the lag.
+    state.push_odometry(odometry(99.7))
+    state.push_imu(imu(100.0))
+    assert isinstance(state.wait_for_sample(0, 0.5), Unavailable) and waits.count == 1
+    # The next frame (100.5) is decided at once; then odometry catches up with it (100.5).
+    state.push_imu(imu(100.5))
+    assert isinstance(state.wait_for_sample(1, 0.5), Unavailable) and waits.count == 1
+    state.push_odometry(odometry(100.5))
+    # A frame 0.3 s past that odometry may wait again: the next odometry arrives meanwhile.
+    state.push_imu(imu(100.8))
+    waits.during = lambda: state.push_odometry(odometry(100.8))
+    result = state.wait_for_sample(2, 0.5)
+    assert isinstance(result, Instant) and result.stamp == pytest.approx(100.8)
+    assert waits.count == 2
+    # The lag established again, then SITL's physics restarts at 0: the new clock waits.
+    waits.during = None
+    state.push_imu(imu(101.2))
+    result = state.wait_for_sample(result.sequence, 0.5)
+    assert isinstance(result, Unavailable) and waits.count == 3
+    for i in range(5):                      # four late, the fifth restarts the IMU's clock
+        state.push_imu(imu(0.3 + 0.001 * i))
+    assert state.resets == 1
+    state.push_odometry(odometry(0.0))
+    waits.during = lambda: state.push_odometry(odometry(0.304))
+    result = state.wait_for_sample(result.sequence, 0.5)
+    assert isinstance(result, Instant) and result.stamp < 0.31          # the new clock
+    assert waits.count == 4
+
+
+def test_lock_step_does_not_wait_when_newer_odometry_cannot_be_nearer(monkeypatch):
+    # Odometry at 1 Hz: the sample after the instant is already there, 0.5 s away; any newer
+    # one is further still, so the frame is decided at once, on the first frame too.
+    clock = FakeClock()
+    state = SensorState(LOCK_STEP, clock=clock)
+    waits = CountedWaits(clock)
+    monkeypatch.setattr(state._condition, 'wait', waits)
+    state.push_odometry(odometry(10.0))
+    state.push_odometry(odometry(11.0))
+    state.push_imu(imu(10.5))
+    result = state.wait_for_sample(0, 0.5)
+    assert isinstance(result, Unavailable) and '0.500 s from the instant' in result.reason
+    assert waits.count == 0

@@ -87,14 +87,15 @@ class Unavailable:
     """
     Why no reply can be built now: the input at fault and what is wrong with it.
 
-    level is the logging level the fault deserves: ERROR where waiting cannot help (inputs on
-    two clocks), WARNING where it may.
+    level is the logging level the fault deserves: ERROR for inputs on two clocks, WARNING
+    otherwise. waits is False where no newer sample can make the instant answerable.
     """
 
     input: str
     reason: str
     sequence: int = 0
     level: int = logging.WARNING
+    waits: bool = True
 
     def __str__(self) -> str:
         return f'{self.input}: {self.reason}'
@@ -122,6 +123,9 @@ class SensorState:
         self._resets = 0
         self._jumped_forward = False
         self._two_clocks: Optional[Tuple[float, float]] = None
+        # False once a lock-step frame waited its whole timeout for odometry in vain, until a
+        # frame is answered: later frames short of odometry are decided at once.
+        self._await_odometry = True
         self._closed = False
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
@@ -199,7 +203,14 @@ class SensorState:
                 self._push_primary(ODOMETRY, sample, outcome, newest)
             elif self._record(ODOMETRY, sample.stamp,
                               self._odometry.append(sample.stamp, sample), newest):
+                self._await_odometry |= self._odometry_caught_up(sample.stamp)
                 self._condition.notify_all()
+
+    def _odometry_caught_up(self, stamp: float) -> bool:
+        """Whether odometry at stamp is within max_odometry_lag of the newest IMU sample."""
+        newest_imu = self._imu.newest_stamp
+        return (newest_imu is None
+                or abs(newest_imu - stamp) <= self.settings.max_odometry_lag)
 
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
@@ -212,6 +223,7 @@ class SensorState:
             return
         if outcome is Appended.RESET:
             self._resets += 1
+            self._await_odometry = True
             self._two_clocks = (newest, sample.stamp) if self._jumped_forward else None
             self._jumped_forward = False
         self._sequence += 1
@@ -293,17 +305,27 @@ class SensorState:
 
         When SITL lags the newest sample by more than max_backlog, the newest is served. A
         sample without odometry near it waits for odometry until the timeout (late odometry
-        may still come), unless the odometry is on another clock and waiting cannot help.
+        may still come), unless no newer odometry can help, or the last frame that waited for
+        odometry got none: the lag is established and each frame is decided at once, until
+        the odometry catches up.
         """
         deadline = self._clock() + timeout
+        waited_for_odometry = False
         with self._condition:
             while True:
                 result = self._next_sample_locked(after)
+                if isinstance(result, Instant):
+                    self._await_odometry = True
+                    return result
+                for_odometry = result.input == ODOMETRY and self.primary != ODOMETRY
                 remaining = deadline - self._clock()
-                if (isinstance(result, Instant) or result.level >= logging.ERROR
-                        or remaining <= 0.0 or self._closed):
+                if (not result.waits or self._closed or remaining <= 0.0
+                        or (for_odometry and not self._await_odometry)):
+                    if waited_for_odometry and for_odometry and remaining <= 0.0:
+                        self._await_odometry = False
                     return result
                 self._condition.wait(remaining)
+                waited_for_odometry = for_odometry
 
     def _next_sample_locked(self, after: int) -> Union[Instant, Unavailable]:
         if self._sequence <= after:
@@ -329,7 +351,7 @@ class SensorState:
             return Unavailable(ODOMETRY, 'no message received yet', sequence)
         gap = self._odometry.gap(stamp)
         if gap > self.settings.max_odometry_lag:
-            return self._odometry_too_far(gap, sequence)
+            return self._odometry_too_far(stamp, gap, sequence)
         gyro, accel = imu_at(self._imu, stamp)
         position, velocity, quaternion = odometry_at(self._odometry, self._imu, stamp)
         optional = self._optional
@@ -342,28 +364,30 @@ class SensorState:
             battery=self._value_at(BATTERY, stamp) if len(optional[BATTERY]) else None,
             rc=self._value_at(RC, stamp) if len(optional[RC]) else None)
 
-    def _odometry_too_far(self, gap: float, sequence: int) -> Unavailable:
+    def _odometry_too_far(self, stamp: float, gap: float, sequence: int) -> Unavailable:
         """
         Why the nearest odometry is further than max_odometry_lag: stopped, late or another clock.
 
         Decided from the newest samples alone, before any carrying: its cost grows with the gap.
-        Only another clock is an ERROR; odometry that is merely late may still arrive.
+        Only another clock is an ERROR; odometry that is merely late may still arrive, unless
+        the newest is already past the instant (a newer one would be further still).
         """
         reason = (f'nearest sample is {gap:.3f} s from the instant (max_odometry_lag '
                   f'{self.settings.max_odometry_lag} s)')
+        odometry, imu = self._odometry.newest_stamp, self._imu.newest_stamp
+        waits = odometry < stamp
         age = self.meters[ODOMETRY].age(self._clock())
         if age is not None and age > STILL_PUBLISHED:
             return Unavailable(ODOMETRY, f'{reason}; none received for {age:.2f} s (odometry '
-                                         'stopped?)', sequence)
-        odometry, imu = self._odometry.newest_stamp, self._imu.newest_stamp
+                                         'stopped?)', sequence, waits=waits)
         wall_now = time.time()
         if clocks_differ(odometry, imu, wall_now, RESET_JUMP):
             apart = clocks_apart(ODOMETRY, odometry, 'IMU', imu, wall_now)
-            return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR)
+            return Unavailable(ODOMETRY, f'{reason}: {apart}', sequence, logging.ERROR, False)
         side = 'lags' if odometry <= imu else 'is ahead of'
         return Unavailable(ODOMETRY, f'{reason}: odometry {side} the IMU by '
                                      f'{abs(imu - odometry):.3f} s: published too rarely or '
-                                     'stamped late', sequence)
+                                     'stamped late', sequence, waits=waits)
 
     def count_unanswered(self, unavailable: Unavailable) -> None:
         """Count a frame left unanswered for the input at fault, and keep the reason."""

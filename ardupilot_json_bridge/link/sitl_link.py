@@ -316,7 +316,10 @@ class SitlLink:
             if grid is None:
                 grid = session.grid = FrameGrid(newest, packet.frame_rate)
             else:
-                self._went_back(grid.stamp_of(grid.index + 1), newest)
+                # From the last stamp served; before any reply, the instant SITL asked for.
+                before = session.last_stamp
+                self._went_back(grid.stamp_of(grid.index + 1) if before is None else before,
+                                newest)
                 grid.restart_at(newest)
             session.resets = state.resets
         stamp = grid.next_instant(packet.frame_rate)

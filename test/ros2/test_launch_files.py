@@ -13,7 +13,7 @@ from typing import Dict, List
 import pytest
 
 from conftest import motor_command
-from ros2_tools import free_instances, launch, ros2, Running, share, stop
+from ros2_tools import free_instances, launch, preset_with, ros2, Running, share, stop
 from sitl_peer import SitlPeer
 
 pytestmark = pytest.mark.usefixtures('sourced_ros2')
@@ -41,11 +41,8 @@ def link_messages(simulator, namespace: str) -> List[str]:
 
 def parameters_file(tmp_path) -> str:
     """Write the MuJoCo preset with values of its own, to read back with ros2 param get."""
-    with open(share('config', 'mujoco_quad_x.yaml')) as stream:
-        text = stream.read()
-    path = tmp_path / 'params.yaml'
-    path.write_text(text + '    fresh_timeout: 0.75\n    max_backlog: 10.0\n')
-    return str(path)
+    return preset_with(str(tmp_path), 'params.yaml',
+                       '    fresh_timeout: 0.75\n    max_backlog: 10.0\n')
 
 
 def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path):

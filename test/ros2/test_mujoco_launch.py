@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from ros2_tools import (
-    bag_info_counts, free_instances, launch, read_bag, ros2, Running, share, start_sitl, stop,
-    stop_recorder)
+    bag_info_counts, free_instances, launch, preset_with, read_bag, ros2, Running, share,
+    start_sitl, stop, stop_recorder)
 import sitl_flight
 from sitl_peer import SitlPeer
 
@@ -245,11 +245,8 @@ def worst_errors(odometry: list, replies: list) -> Tuple[float, float, float]:
 
 
 def patient_preset(tmp_path) -> str:
-    with open(share('config', 'mujoco_quad_x.yaml')) as stream:
-        text = stream.read()
-    path = tmp_path / 'patient.yaml'
-    path.write_text(text + '    max_backlog: 10.0\n')
-    return str(path)
+    """Write the MuJoCo preset letting SITL lag the played bag by up to 10 s."""
+    return preset_with(str(tmp_path), 'patient.yaml', '    max_backlog: 10.0\n')
 
 
 def takeoff_offset(messages: Dict[str, list], namespace: str) -> float:
