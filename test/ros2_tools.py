@@ -2,7 +2,9 @@
 The ROS 2 command line as a user runs it, for the tests: ros2 launch, param, bag, and SITL.
 
 Every `ros2 launch` runs in a process group of its own, as in a terminal, so Ctrl-C (SIGINT
-to the group) and the check that nothing outlives it work as a user sees them.
+to the group) and the check that nothing outlives it work as a user sees them. A terminal's
+commands start with SIGINT at its default, whatever the tests were started with (see
+Running).
 """
 
 import filecmp
@@ -70,11 +72,26 @@ def ros2(*arguments: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
+def default_sigint() -> None:
+    """
+    Let the commands started from here take Ctrl-C as in a terminal.
+
+    A shell starts a background job (`ci &`, nohup) with SIGINT ignored, and an ignored signal
+    stays ignored across fork and exec, down to every ros2 command the tests start. `ros2 bag
+    record` and `ros2 bag play` stop on Python's KeyboardInterrupt, which then never comes:
+    the recorder ran on until killed, without writing metadata.yaml. A handled signal reverts
+    to its default in a child, so handling it here gives the children the terminal's SIGINT.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Running:
     """A command in a process group of its own, its output collected by a thread."""
 
     def __init__(self, command: List[str]) -> None:
         self.command = command
+        default_sigint()
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True,
                                         start_new_session=True)
@@ -181,6 +198,25 @@ def stop(launched: Running, limit: float = 8.0) -> str:
     assert 'ERROR' not in output, output[-3000:]
     print(f'Ctrl-C stopped {" ".join(launched.command[1:4])} in {seconds:.1f} s')
     return output
+
+
+def stop_recorder(recorder: Running, bag: str, limit: float = 60.0) -> None:
+    """
+    Ctrl-C `ros2 bag record`; it must end within limit seconds and leave the bag whole.
+
+    rosbag2 writes metadata.yaml only on a clean stop; what was written before a kill is
+    kept in the storage file (`ros2 bag reindex` rebuilds the metadata from it).
+    """
+    seconds, ended = recorder.interrupt(limit)
+    if ended and os.path.isfile(os.path.join(bag, 'metadata.yaml')):
+        print(f'Ctrl-C stopped ros2 bag record in {seconds:.1f} s')
+        return
+    tail = ''.join(recorder.lines[-6:])
+    state = f'ended in {seconds:.1f} s' if ended else f'still ran {seconds:.0f} s (killed)'
+    raise AssertionError(
+        f'ros2 bag record {state} after Ctrl-C and left no metadata.yaml in {bag} (left: '
+        f'{sorted(os.listdir(bag)) if os.path.isdir(bag) else "nothing"}; `ros2 bag reindex` '
+        f'would rebuild it); its last lines:\n{tail}')
 
 
 def bag_info_counts(bag: str) -> Dict[str, int]:

@@ -20,7 +20,7 @@ import pytest
 
 from ros2_tools import (
     bag_info_counts, free_instances, launch, preset_with, read_bag, ros2, Running, share,
-    start_sitl, stop)
+    start_sitl, stop, stop_recorder)
 import sitl_flight
 from sitl_peer import SitlPeer
 
@@ -141,8 +141,10 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
         assert recorder.wait_for_text('Recording...', 30), recorder.output
         flight = fly_launched([instance], launched)[instance]
     finally:
-        recorder.interrupt()
-        output = stop(launched)
+        try:
+            stop_recorder(recorder, bag)
+        finally:
+            output = stop(launched)
     print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
     flight.launch_output = output
     return flight, bag, namespace
@@ -182,10 +184,14 @@ def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight):
         assert counts[topic] == len(messages[topic]) > 0, topic
     imu = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
            for _, m in messages[f'/{namespace}/imu']]
-    # 250 Hz of simulated time, odometry every step, a clock every step.
+    # 250 Hz of simulated time, odometry every step, a clock every step; the clock counted
+    # over the (sim time) span the IMU was recorded: the recorder subscribed to /clock first,
+    # 0.4 s of steps before the IMU on a loaded machine.
     assert len(imu) == pytest.approx((imu[-1] - imu[0]) * 250, rel=0.01)
     assert counts[f'/{namespace}/odom'] == pytest.approx(counts[f'/{namespace}/imu'], abs=2)
-    assert counts['/clock'] == pytest.approx(counts[f'/{namespace}/imu'], abs=10)
+    received = [t for t, _ in messages[f'/{namespace}/imu']]
+    clock = [t for t, _ in messages['/clock'] if received[0] <= t <= received[-1]]
+    assert len(clock) == pytest.approx(len(received), abs=10)
 
 
 def ned_frd(orientations: np.ndarray):
@@ -280,7 +286,8 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         positions = np.array([r['position'] for r in replies])
         jumps = np.flatnonzero(np.linalg.norm(np.diff(positions, axis=0), axis=1) > 0.05)
         assert len(jumps) >= 2, output[-2000:]
-        assert output.count('physics time went back') >= 2, output[-2000:]
+        # Said at least once: the warning is rate-limited (5 s), a round of the loop is 3 s.
+        assert 'physics time went back' in output, output[-2000:]
         sessions = np.split(np.array(replies, dtype=object), jumps + 1)
     else:
         sessions = [replies]
