@@ -159,8 +159,9 @@ class MujocoLockStep:
 
     def after_reply(self) -> None:
         """
-        Record the reading just replied with (lock-step; reply-first records it in on_frame),
-        step the frame answered (reply-first) and sync the viewer.
+        Record the reply (lock-step), step the frame answered (reply-first), sync the viewer.
+
+        Reply-first records in on_frame the reading each frame is answered with.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
