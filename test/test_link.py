@@ -458,3 +458,39 @@ def test_repeated_clock_jumps_back_are_rate_limited(make_link, make_peer, caplog
     lines = [r.getMessage() for r in caplog.records if 'went back' in r.getMessage()]
     assert len(lines) == 1, f'{len(lines)} lines, first: {lines[:2]}'
     assert 'two clocks' not in caplog.text, caplog.text
+
+
+def test_a_frame_whose_on_frame_failed_is_tried_again_when_sitl_resends_it():
+    # A lock-step engine pushes the frame's sample in on_frame; its step fails once on frame 1.
+    state = SensorState(StateSettings())
+    calls: List[int] = []
+
+    def on_frame(packet) -> None:
+        calls.append(packet.frame_count)
+        if calls == [0, 1]:
+            raise RuntimeError('the physics blew up')
+        state.push_odometry(OdometrySample(1.0 + packet.frame_count * 0.001, (0.0, 0.0, 0.0),
+                                           (0.0, 0.0, 0.0), LEVEL, (0.0, 0.0, 0.0)))
+        state.push_imu(ImuSample(1.0 + packet.frame_count * 0.001, (0.0, 0.0, 0.0),
+                                 (0.0, 0.0, -9.80665)))
+
+    quiet = logging.getLogger('test.link.failed_frame')
+    quiet.setLevel(logging.CRITICAL)
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=0.05), state,
+                    on_frame=on_frame, logger=quiet)
+    sitl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sitl.bind(('127.0.0.1', 0))
+    sitl.settimeout(5.0)
+    try:
+        replied = []
+        for frame in (0, 1, 1, 2):          # SITL resends frame 1, left unanswered
+            link.handle_datagram(encode_servo_packet(frame, [1500] * 16, 1000),
+                                 sitl.getsockname())
+            replied.append(link.stats.replied)
+        assert calls == [0, 1, 1, 2]
+        assert replied == [1, 1, 2, 3]
+        stamps = [parse_reply(sitl.recv(65536), '4.7')['timestamp'] for _ in range(3)]
+        assert stamps == pytest.approx([0.0, 0.001, 0.002], abs=1e-9)
+    finally:
+        sitl.close()
+        link.stop()

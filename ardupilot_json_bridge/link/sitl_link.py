@@ -93,6 +93,8 @@ class SitlLink:
         self.settings = settings
         self.state = state
         self.on_frame = on_frame
+        # The frame whose on_frame raised: SITL resends it unanswered, and it is tried again.
+        self._failed_frame: Optional[int] = None
         self.on_restart = on_restart
         self.after_reply = after_reply
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
@@ -203,6 +205,8 @@ class SitlLink:
                                           f'reached the bridge before frame '
                                           f'{packet.frame_count}')
         if verdict.kind is FrameKind.RETRY:
+            if self._failed_frame == packet.frame_count:
+                self._publish(packet)     # a lock-step engine steps the frame it failed again
             self._reply(packet, received)
             return
         stats.new_frames += 1
@@ -256,11 +260,13 @@ class SitlLink:
     def _publish(self, packet: ServoPacket) -> None:
         if self.on_frame is None:
             return
+        self._failed_frame = None
         try:
             self.on_frame(packet)
         except Exception as error:
-            self.warnings.error('on_frame', f'{self._prefix}publishing actuator commands '
-                                            f'failed: {error!r}')
+            self._failed_frame = packet.frame_count
+            self.warnings.error('on_frame', f'{self._prefix}frame {packet.frame_count}: '
+                                            f'handing its PWM on failed: {error!r}')
 
     def _reply(self, packet: ServoPacket, received: float) -> None:
         timeout = max(0.0, received + self.settings.fresh_timeout - self._clock())
