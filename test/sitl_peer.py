@@ -243,18 +243,27 @@ class SitlPeer:
         """
         Step frames until count replies came or timeout passed; return the parsed replies.
 
-        A frame with no reply within wait is sent again, as SITL resends.
+        A frame with no reply within wait is sent again, as SITL resends. The bridge answers
+        a resent frame it already answered with the same reply again; that late copy (the
+        previous reply's timestamp) moves SITL's clock by nothing, and is not the new frame's.
         """
         replies: List[Dict[str, object]] = []
         deadline = time.monotonic() + timeout
         while len(replies) < count and time.monotonic() < deadline:
             self.send(pwm=pwm)
-            datagram = self.receive(wait)
-            if datagram is not None:
-                replies.append(parse_reply(datagram))
+            until = time.monotonic() + wait
+            while True:
+                datagram = self.receive(max(0.0, until - time.monotonic()))
+                if datagram is None:
+                    break
+                reply = parse_reply(datagram)
+                if replies and reply['timestamp'] == replies[-1]['timestamp']:
+                    continue
+                replies.append(reply)
                 self.frame_count += 1
                 if self.clock:
-                    self.clock.accept(replies[-1]['timestamp'])
+                    self.clock.accept(reply['timestamp'])
+                break
         return replies
 
     def close(self) -> None:
