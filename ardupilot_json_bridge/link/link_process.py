@@ -273,9 +273,9 @@ class PwmForwarder:
             self._add_to_batch(encode_uint16_array(pwm), now)
         if pwm == self._sent and now - self._sent_at < COMMAND_REFRESH:
             return
-        self._sent, self._sent_at = pwm, now
         self._channel.send(bytes((PWM,)) + struct.pack(f'<H{len(pwm)}H', packet.frame_rate,
                                                        *pwm))
+        self._sent, self._sent_at = pwm, now     # once sent: a failed send is tried again
 
     def _add_to_batch(self, message: bytes, now: float) -> None:
         with self._condition:

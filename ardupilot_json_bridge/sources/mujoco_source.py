@@ -126,14 +126,18 @@ class MujocoLockStep:
         self._step(packet)
 
     def _prime(self, packet: ServoPacket) -> None:
-        """Push the state as it is, one frame on at rest if that instant was pushed already."""
-        self._primed = True
+        """
+        Push the state as it is, or a frame on if that instant was pushed already.
+
+        The frame on runs with the commands last set: none after a restart, a failed step's
+        after a failure. Primed only once pushed: a prime that fails is tried again.
+        """
         newest = self.state.newest_primary()
         if newest is not None and self.vehicle.time <= newest:
-            # A restart within the frame after the last push: the reset vehicle a frame on.
             self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
-        # No PWM of this session produced the state (none: empty, SITL's unused channels).
+        # No PWM of this session's frames produced the state (recorded with an empty PWM).
         self._pushed((), list(self.vehicle.commands))
+        self._primed = True
 
     def _step(self, packet: ServoPacket) -> None:
         """Apply packet's PWM, step one frame period and push the new samples."""
