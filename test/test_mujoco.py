@@ -38,6 +38,15 @@ def fly_open_loop(speeds, seconds: float) -> MujocoVehicle:
     return vehicle
 
 
+def serving_link(source: MujocoLockStep, state: SensorState, fresh_timeout: float) -> SitlLink:
+    """A started link serving source as the mujoco command wires it."""
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=fresh_timeout), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart,
+                    after_reply=source.after_reply)
+    link.start()
+    return link
+
+
 def test_hover_speed_holds_the_vehicle_up():
     vehicle = fly_open_loop([HOVER_SPEED * 1.05] * 4, 0.6)
     rising = fly_open_loop([HOVER_SPEED * 1.05] * 4, 1.2).state()
@@ -146,10 +155,7 @@ def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_b
         state = SensorState(StateSettings(pacing=SAMPLES))
         source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0],
                                 reply_first=reply_first)
-        link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
-                        on_frame=source.on_frame, on_restart=source.on_restart,
-                        after_reply=source.after_reply)
-        link.start()
+        link = serving_link(source, state, fresh_timeout=1.0)
         peer = SitlPeer(link.address[1])
         try:
             replies[reply_first] = [peer.step(pwm=p) for p in pwm[:300]]
@@ -193,10 +199,7 @@ def test_reply_first_recovers_from_one_failed_step_at_the_next_frame(caplog, fai
     vehicle.advance = failing_once
     state = SensorState(StateSettings(pacing=SAMPLES))
     source = MujocoLockStep(vehicle, state, config.outputs[0], reply_first=True)
-    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=0.2), state,
-                    on_frame=source.on_frame, on_restart=source.on_restart,
-                    after_reply=source.after_reply)
-    link.start()
+    link = serving_link(source, state, fresh_timeout=0.2)
     peer = SitlPeer(link.address[1])
     try:
         replies = peer.lock_step(40, [1700] * 4 + [1000] * 12, timeout=60.0, wait=1.0)
@@ -233,10 +236,7 @@ def test_the_recording_holds_every_state_replied_with_and_the_pwm_that_made_it(r
     recorder = ListRecorder()
     source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0], recorder=recorder,
                             reply_first=reply_first)
-    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
-                    on_frame=source.on_frame, on_restart=source.on_restart,
-                    after_reply=source.after_reply)
-    link.start()
+    link = serving_link(source, state, fresh_timeout=1.0)
     peer = SitlPeer(link.address[1])
     pwms = [tuple([1600 + 10 * k] * 4 + [1000] * 12) for k in range(4)]
     try:
