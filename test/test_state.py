@@ -4,7 +4,7 @@ from dataclasses import replace
 import logging
 import math
 import threading
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import pytest
 
@@ -452,13 +452,20 @@ class CountedWaits:
         return False
 
 
-def test_lock_step_waits_once_for_odometry_that_lags_then_decides_at_once(monkeypatch):
-    # One clock: IMU at 1 kHz, odometry at 20 Hz stamped 0.3 s late (max_odometry_lag 0.25),
-    # served in lock-step as replay --rate 0 does: one IMU sample per frame, 0.5 s to wait.
+def counted_lock_step(monkeypatch: pytest.MonkeyPatch) -> Tuple[SensorState, CountedWaits]:
+    """A lock-step state on a fake clock whose waits are counted (no wall time passes)."""
     clock = FakeClock()
     state = SensorState(LOCK_STEP, clock=clock)
     waits = CountedWaits(clock)
     monkeypatch.setattr(state._condition, 'wait', waits)
+    return state, waits
+
+
+def test_lock_step_waits_once_for_odometry_that_lags_then_decides_at_once(monkeypatch):
+    # One clock: IMU at 1 kHz, odometry at 20 Hz stamped 0.3 s late (max_odometry_lag 0.25),
+    # served in lock-step as replay --rate 0 does: one IMU sample per frame, 0.5 s to wait.
+    state, waits = counted_lock_step(monkeypatch)
+    clock = waits.clock
     after, unanswered = 0, 0
     for i in range(400):
         stamp = 100.0 + i * 0.001
@@ -490,10 +497,7 @@ def test_lock_step_waits_once_for_odometry_that_lags_then_decides_at_once(monkey
 
 
 def test_lock_step_waits_again_once_odometry_catches_up_or_the_clock_restarts(monkeypatch):
-    clock = FakeClock()
-    state = SensorState(LOCK_STEP, clock=clock)
-    waits = CountedWaits(clock)
-    monkeypatch.setattr(state._condition, 'wait', waits)
+    state, waits = counted_lock_step(monkeypatch)
     # Odometry 0.3 s behind the IMU (max_odometry_lag 0.25): one wait in vain sets the lag.
     state.push_odometry(odometry(99.7))
     state.push_imu(imu(100.0))
@@ -526,10 +530,7 @@ def test_lock_step_waits_again_once_odometry_catches_up_or_the_clock_restarts(mo
 def test_lock_step_does_not_wait_when_newer_odometry_cannot_be_nearer(monkeypatch):
     # Odometry at 1 Hz: the sample after the instant is already there, 0.5 s away; any newer
     # one is further still, so the frame is decided at once, on the first frame too.
-    clock = FakeClock()
-    state = SensorState(LOCK_STEP, clock=clock)
-    waits = CountedWaits(clock)
-    monkeypatch.setattr(state._condition, 'wait', waits)
+    state, waits = counted_lock_step(monkeypatch)
     state.push_odometry(odometry(10.0))
     state.push_odometry(odometry(11.0))
     state.push_imu(imu(10.5))
