@@ -121,6 +121,8 @@ class SensorState:
         self._sequence = 0
         self._served = 0
         self._resets = 0
+        # The newest odometry stamp when the IMU's clock last went back (a loop, a reset).
+        self._odometry_at_reset: Optional[float] = None
         self._jumped_forward = False
         self._two_clocks: Optional[Tuple[float, float]] = None
         # False once a lock-step frame waited its whole timeout for odometry in vain, until a
@@ -246,6 +248,7 @@ class SensorState:
             self._resets += 1
             self._await_odometry = True
             self._two_clocks = (newest, sample.stamp) if self._jumped_forward else None
+            self._odometry_at_reset = self._odometry.newest_stamp
             self._jumped_forward = False
         self._sequence += 1
         self._condition.notify_all()
@@ -409,6 +412,11 @@ class SensorState:
         if age is not None and age > STILL_PUBLISHED:
             return Unavailable(ODOMETRY, f'{reason}; none received for {age:.2f} s (odometry '
                                          'stopped?)', sequence, waits=waits)
+        if odometry > imu and odometry == self._odometry_at_reset:
+            # The IMU's clock went back and no odometry came since: it follows in a moment.
+            return Unavailable(ODOMETRY, f"{reason}: the IMU's clock went back to {imu:.3f} s "
+                                         f'and odometry (newest {odometry:.3f} s) has not '
+                                         'followed yet', sequence)
         wall_now = time.time()
         if clocks_differ(odometry, imu, wall_now, RESET_JUMP):
             apart = clocks_apart(ODOMETRY, odometry, 'IMU', imu, wall_now)

@@ -188,7 +188,8 @@ def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight):
     # over the (sim time) span the IMU was recorded: the recorder subscribed to /clock first,
     # 0.4 s of steps before the IMU on a loaded machine.
     assert len(imu) == pytest.approx((imu[-1] - imu[0]) * 250, rel=0.01)
-    assert counts[f'/{namespace}/odom'] == pytest.approx(counts[f'/{namespace}/imu'], abs=2)
+    # The two subscriptions start and stop apart by a few messages on a busy machine.
+    assert counts[f'/{namespace}/odom'] == pytest.approx(counts[f'/{namespace}/imu'], abs=10)
     received = [t for t, _ in messages[f'/{namespace}/imu']]
     clock = [t for t, _ in messages['/clock'] if received[0] <= t <= received[-1]]
     assert len(clock) == pytest.approx(len(received), abs=10)
