@@ -39,7 +39,7 @@ def fly_open_loop(speeds, seconds: float) -> MujocoVehicle:
 
 
 def serving_link(source: MujocoLockStep, state: SensorState, fresh_timeout: float) -> SitlLink:
-    """A started link serving source as the mujoco command wires it."""
+    """Start a link serving source as the mujoco command wires it, and return it."""
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=fresh_timeout), state,
                     on_frame=source.on_frame, on_restart=source.on_restart,
                     after_reply=source.after_reply)

@@ -453,7 +453,7 @@ class CountedWaits:
 
 
 def counted_lock_step(monkeypatch: pytest.MonkeyPatch) -> Tuple[SensorState, CountedWaits]:
-    """A lock-step state on a fake clock whose waits are counted (no wall time passes)."""
+    """Return a lock-step state on a fake clock whose waits are counted (no wall time)."""
     clock = FakeClock()
     state = SensorState(LOCK_STEP, clock=clock)
     waits = CountedWaits(clock)
