@@ -187,14 +187,17 @@ class SensorState:
         if self.settings.odometry_only:
             return
         with self._condition:
-            newest = self._imu.newest_stamp
-            self._note_jump(sample.stamp, newest)
-            self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
+            self._push_imu_locked(sample)
+
+    def _push_imu_locked(self, sample: ImuSample) -> None:
+        newest = self._imu.newest_stamp
+        self._note_jump(sample.stamp, newest)
+        self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
 
     def push_odometry(self, sample: OdometrySample) -> None:
         with self._condition:
-            newest = self._odometry.newest_stamp
             if self.settings.odometry_only:
+                newest = self._odometry.newest_stamp
                 self._note_jump(sample.stamp, newest)
                 derived = imu_from_odometry(self._odometry, sample)
                 outcome = self._odometry.append(sample.stamp, sample)
@@ -203,10 +206,15 @@ class SensorState:
                 if outcome is Appended.ADDED or outcome is Appended.RESET:
                     self._imu.append(derived.stamp, derived)
                 self._push_primary(ODOMETRY, sample, outcome, newest)
-            elif self._record(ODOMETRY, sample.stamp,
-                              self._odometry.append(sample.stamp, sample), newest):
+            elif self._append_odometry_locked(sample):
                 self._await_odometry |= self._odometry_caught_up(sample.stamp)
                 self._condition.notify_all()
+
+    def _append_odometry_locked(self, sample: OdometrySample) -> bool:
+        """Append odometry beside an IMU; whether it was taken (fresh)."""
+        newest = self._odometry.newest_stamp
+        return self._record(ODOMETRY, sample.stamp, self._odometry.append(sample.stamp, sample),
+                            newest)
 
     def _odometry_caught_up(self, stamp: float) -> bool:
         """Whether odometry at stamp is within max_odometry_lag of the newest IMU sample."""
@@ -224,12 +232,9 @@ class SensorState:
             self.push_odometry(odometry)
             return
         with self._condition:
-            newest = self._odometry.newest_stamp
-            fresh = self._record(ODOMETRY, odometry.stamp,
-                                 self._odometry.append(odometry.stamp, odometry), newest)
-            sequence, newest = self._sequence, self._imu.newest_stamp
-            self._note_jump(imu.stamp, newest)
-            self._push_primary(IMU, imu, self._imu.append(imu.stamp, imu), newest)
+            fresh = self._append_odometry_locked(odometry)
+            sequence = self._sequence
+            self._push_imu_locked(imu)
             if fresh:
                 self._await_odometry |= self._odometry_caught_up(odometry.stamp)
             if fresh and self._sequence == sequence:
