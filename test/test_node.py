@@ -79,6 +79,7 @@ class Harness:
 
     def close(self) -> None:
         self.executor.shutdown()
+        self.thread.join(5.0)   # no callback left running into destroyed nodes
         for node in self.nodes:
             node.destroy_node()
 

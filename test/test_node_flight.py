@@ -57,6 +57,7 @@ class SimulatorTruth:
     def close(self) -> None:
         import rclpy
         self.executor.shutdown()
+        self.thread.join(5.0)
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
 

@@ -112,6 +112,7 @@ class Simulator:
         self.running = False
         self.threads[1].join()
         self.executor.shutdown()
+        self.threads[0].join(5.0)
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
 
@@ -352,3 +353,44 @@ def test_a_simulator_that_resets_its_clock_mid_flight_is_followed_and_named():
     finally:
         peer.close()
         simulator.close()
+
+
+EXECUTOR_AT_RCLPY_SHUTDOWN = """
+import gc, os, signal, threading
+import rclpy
+from rclpy.executors import Executor
+from ardupilot_json_bridge.ros.node import run_node
+
+shutdown = rclpy.try_shutdown
+
+
+def counting_shutdown(**kwargs):
+    live = [o for o in gc.get_objects() if isinstance(o, Executor) and o._sigint_gc is not None]
+    print('executors live at rclpy shutdown:', len(live))
+    shutdown(**kwargs)
+
+
+def ticking_node():
+    node = rclpy.create_node('stopping')
+    node.create_timer(0.01, lambda: None)
+    return node
+
+
+rclpy.try_shutdown = counting_shutdown
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+print('exit', run_node(ticking_node, 'stopping', ()))
+"""
+
+
+def test_run_node_shuts_its_executor_down_before_rclpy():
+    """
+    The node's main shuts its executor down while rclpy is up, not at exit.
+
+    An executor left to the garbage collector was destroyed after rclpy at random, and printed
+    a traceback from Executor.__del__ (InvalidHandle: destruction was requested) at exit.
+    """
+    result = subprocess.run([sys.executable, '-c', EXECUTOR_AT_RCLPY_SHUTDOWN],
+                            capture_output=True, text=True, timeout=60)
+    lines = result.stdout.splitlines()
+    assert lines[-1:] == ['exit 0'], result.stdout + result.stderr
+    assert set(lines[:-1]) == {'executors live at rclpy shutdown: 0'}, result.stdout

@@ -34,6 +34,7 @@ from rclpy.qos import (
     DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile, ReliabilityPolicy)
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from rclpy.signals import SignalHandlerOptions
+from rclpy.task import Future
 from std_msgs.msg import (
     Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
 
@@ -347,14 +348,21 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         node = factory()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
+        stopped = Future(executor=executor)
         spinner = threading.Thread(target=spin_until_shutdown, name='executor', daemon=True,
-                                   args=(executor, stop, failure))
+                                   args=(executor, stopped, stop, failure))
         spinner.start()
         stop.wait()
         # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        rclpy.try_shutdown()   # wakes the executor, which then returns
+        stopped.set_result(None)   # wakes the executor, which returns with rclpy still up
         spinner.join(SPIN_STOP_TIMEOUT)
+        if spinner.is_alive():
+            rclpy.try_shutdown()   # a callback that does not return: stop it the hard way
+            spinner.join(SPIN_STOP_TIMEOUT)
+        else:
+            # Now, not in Executor.__del__ at exit, which may come after rclpy is gone.
+            executor.shutdown(timeout_sec=0)
         if failure:
             raise failure[0]
     except fatal as error:
@@ -368,11 +376,11 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     return 0
 
 
-def spin_until_shutdown(executor: Executor, stop: threading.Event,
+def spin_until_shutdown(executor: Executor, stopped: Future, stop: threading.Event,
                         failure: List[BaseException]) -> None:
-    """Spin until rclpy shuts down; keep an exception a callback raised, and end the node."""
+    """Spin until stopped or rclpy shuts down; keep a callback's exception, and end the node."""
     try:
-        executor.spin()
+        executor.spin_until_future_complete(stopped)
     except ExternalShutdownException:
         pass
     except Exception as error:
