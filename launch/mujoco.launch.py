@@ -19,7 +19,7 @@ from launch_ros.actions import Node
 
 from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, clock_remappings, clock_topic, fleet, parse_bool, parse_rate,
-    simulator_node_arguments)
+    parse_real_time_factor, simulator_node_arguments)
 
 
 def _vehicles(context, *args, **kwargs):
@@ -29,6 +29,7 @@ def _vehicles(context, *args, **kwargs):
     use_sim_time = parse_bool('use_sim_time', argument('use_sim_time'))
     imu_rate = parse_rate('imu_rate', argument('imu_rate'))
     odom_rate = parse_rate('odom_rate', argument('odom_rate'))
+    real_time_factor = parse_real_time_factor('real_time_factor', argument('real_time_factor'))
     vehicles = fleet(argument('count'), argument('namespace_prefix'),
                      argument('first_instance'))
     nodes = []
@@ -36,7 +37,8 @@ def _vehicles(context, *args, **kwargs):
         clock = clock_topic(vehicle, len(vehicles))
         bridge = bridge_node_arguments(vehicle, use_sim_time, argument('params_file'))
         bridge['remappings'] = clock_remappings(clock)
-        nodes += [Node(**simulator_node_arguments(vehicle, clock, imu_rate, odom_rate)),
+        nodes += [Node(**simulator_node_arguments(vehicle, clock, imu_rate, odom_rate,
+                                                  real_time_factor)),
                   Node(**bridge)]
     return nodes
 
@@ -58,5 +60,8 @@ def generate_launch_description() -> LaunchDescription:
                               description='Physics and IMU rate of each simulator, Hz'),
         DeclareLaunchArgument('odom_rate', default_value='250.0',
                               description='Odometry rate of each simulator, Hz'),
+        DeclareLaunchArgument('real_time_factor', default_value='1.0',
+                              description='Simulated seconds per wall second (0.5 for a busy '
+                                          'or small machine)'),
         OpaqueFunction(function=_vehicles),
     ])

@@ -22,6 +22,8 @@ SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
 QUAD_X_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'config',
                                'quad_x.parm')
 TAIL_LINES = 15
+# Wall seconds a whole flight may take in real time (each stage gets a share of it).
+FLIGHT_TIMEOUT = 240.0
 
 
 class SitlDied(RuntimeError):
@@ -301,7 +303,7 @@ class Flight:
 
 
 def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
-        timeout: float = 240.0, leg: float = 0.0) -> FlightRecord:
+        timeout: float = FLIGHT_TIMEOUT, leg: float = 0.0) -> FlightRecord:
     """
     EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
 

@@ -7,8 +7,8 @@ import pytest
 
 from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, bridge_parameters, clock_remappings, clock_topic, fleet,
-    LaunchArgumentError, parse_bool, parse_rate, simulator_node_arguments, single_vehicle,
-    VehicleLaunch)
+    LaunchArgumentError, parse_bool, parse_rate, parse_real_time_factor,
+    simulator_node_arguments, single_vehicle, VehicleLaunch)
 
 LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
 
@@ -73,7 +73,7 @@ def test_node_arguments_name_the_package_executable_and_namespace():
                          'use_sim_time'}),
     ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance'}),
     ('mujoco.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
-                          'use_sim_time', 'imu_rate', 'odom_rate'}),
+                          'use_sim_time', 'imu_rate', 'odom_rate', 'real_time_factor'}),
 ])
 def test_launch_files_declare_their_arguments(name, arguments):
     with open(os.path.join(LAUNCH_DIR, name)) as source:
@@ -92,12 +92,25 @@ def test_rates_are_positive_hertz():
             parse_rate('imu_rate', text)
 
 
+@pytest.mark.parametrize('text,message', [
+    ('slow', "real_time_factor: expected a real-time factor, got 'slow'"),
+    ('0', r'real_time_factor: 0 is outside 0\.\.100'), ('-0.5', 'outside'), ('101', 'outside')])
+def test_a_real_time_factor_is_positive_and_at_most_100(text, message):
+    with pytest.raises(LaunchArgumentError, match=message):
+        parse_real_time_factor('real_time_factor', text)
+
+
+def test_a_real_time_factor_below_one_slows_the_simulation():
+    assert parse_real_time_factor('real_time_factor', '0.5') == 0.5
+    assert parse_real_time_factor('real_time_factor', '100') == 100.0
+
+
 def test_one_simulation_runs_on_clock_a_fleet_on_clocks_of_their_own():
     quad = VehicleLaunch('quad3', 3)
     assert clock_topic(quad, 1) == '/clock' and clock_remappings('/clock') == []
     assert clock_topic(quad, 2) == '/quad3/clock'
-    assert simulator_node_arguments(quad, '/quad3/clock', 250.0, 125.0) == {
+    assert simulator_node_arguments(quad, '/quad3/clock', 250.0, 125.0, 0.5) == {
         'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim', 'name': 'mujoco_sim',
         'namespace': 'quad3', 'output': 'screen',
-        'parameters': [{'imu_rate': 250.0, 'odom_rate': 125.0}],
+        'parameters': [{'imu_rate': 250.0, 'odom_rate': 125.0, 'real_time_factor': 0.5}],
         'remappings': [('/clock', '/quad3/clock')]}

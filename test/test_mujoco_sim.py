@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Tuple
 
 import pytest
 
@@ -139,6 +139,33 @@ def test_a_subscriber_receives_the_resting_vehicles_imu_and_odometry():
         assert (twist.linear.x, twist.linear.y, twist.linear.z) == pytest.approx(
             (0.0, 0.0, 0.0), abs=1e-2)
     assert {(m.header.frame_id, m.child_frame_id) for m in odometry} == {('odom', 'base_link')}
+
+
+def test_real_time_factor_paces_simulated_time_slower_than_the_wall_clock():
+    from sensor_msgs.msg import Imu
+    received: List[Tuple[float, float]] = []   # (wall s on arrival, stamp s)
+
+    def subscribe(node) -> None:
+        node.create_subscription(Imu, '/paced/imu', lambda m: received.append(
+            (time.monotonic(), m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)), 100)
+
+    output = listen(simulator('/paced', 'real_time_factor:=0.5', 'imu_rate:=250'), subscribe,
+                    lambda: len(received) > 1 and received[-1][0] - received[0][0] > 3.0)
+    assert '0.5 x real time' in output, output
+    (wall0, sim0), (wall1, sim1) = received[0], received[-1]
+    # Never ahead of half the wall clock (beyond a late first arrival); a busy machine may
+    # only slow it further.
+    assert 0.2 * (wall1 - wall0) < sim1 - sim0 < 0.5 * (wall1 - wall0) + 0.2, \
+        f'{sim1 - sim0:.2f} s simulated in {wall1 - wall0:.2f} s of wall time'
+
+
+@pytest.mark.parametrize('value', ['0.0', '-1.0', '1000.0'])
+def test_a_real_time_factor_out_of_range_is_one_fatal_line(value):
+    with reaped(simulator('/badpace', f'real_time_factor:={value}')) as process:
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert 'real_time_factor:' in output and 'is outside 0..100' in output, output
+    assert 'Traceback' not in output, output
 
 
 def test_numbers_given_as_integers_are_taken():

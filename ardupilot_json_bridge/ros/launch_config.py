@@ -14,6 +14,7 @@ from ardupilot_json_bridge.core.settings import sitl_port
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 MAX_FLEET = 64
 MAX_RATE = 10000.0
+MAX_REAL_TIME_FACTOR = 100.0
 
 
 class LaunchArgumentError(ValueError):
@@ -52,12 +53,21 @@ def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
 
 
 def parse_rate(name: str, text: str) -> float:
+    return _parse_positive(name, text, 'a rate in Hz', ' Hz', MAX_RATE)
+
+
+def parse_real_time_factor(name: str, text: str) -> float:
+    """Parse how fast simulated time runs against the wall clock (0.5: half speed)."""
+    return _parse_positive(name, text, 'a real-time factor', '', MAX_REAL_TIME_FACTOR)
+
+
+def _parse_positive(name: str, text: str, what: str, unit: str, maximum: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise LaunchArgumentError(f'{name}: expected a rate in Hz, got {text!r}') from None
-    if not 0.0 < value <= MAX_RATE:
-        raise LaunchArgumentError(f'{name}: {value:g} Hz is outside 0..{MAX_RATE:g}')
+        raise LaunchArgumentError(f'{name}: expected {what}, got {text!r}') from None
+    if not 0.0 < value <= maximum:
+        raise LaunchArgumentError(f'{name}: {value:g}{unit} is outside 0..{maximum:g}')
     return value
 
 
@@ -115,11 +125,12 @@ def clock_topic(vehicle: VehicleLaunch, count: int) -> str:
 
 
 def simulator_node_arguments(vehicle: VehicleLaunch, clock: str, imu_rate: float,
-                             odom_rate: float) -> Dict[str, Any]:
+                             odom_rate: float, real_time_factor: float = 1.0) -> Dict[str, Any]:
     """Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim."""
     return {'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim',
             'name': 'mujoco_sim', 'namespace': vehicle.namespace, 'output': 'screen',
-            'parameters': [{'imu_rate': imu_rate, 'odom_rate': odom_rate}],
+            'parameters': [{'imu_rate': imu_rate, 'odom_rate': odom_rate,
+                            'real_time_factor': real_time_factor}],
             'remappings': clock_remappings(clock)}
 
 

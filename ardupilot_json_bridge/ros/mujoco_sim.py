@@ -10,7 +10,9 @@ MulticopterMotorModel does), the rover's steering and wheel joints on its contro
 topics. A vehicle with aerodynamics (the plane) also
 publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3Stamped, ENU,
 m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
-relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping.
+relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping:
+real_time_factor simulated seconds a wall second (1 by default; at 0.5 the simulator, bridge
+and SITL take half the CPU a second, for a small or busy machine).
 With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
 <namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
 """
@@ -36,6 +38,7 @@ from ardupilot_json_bridge.config import (
     config_from_parameters, ConfigError, load_parameters_file, NODE_NAME, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
+from ardupilot_json_bridge.ros.launch_config import MAX_REAL_TIME_FACTOR
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     advance_together, DEFAULT_VEHICLE, load_world, MODELS_DIR, MujocoVehicle, VehicleError,
@@ -81,6 +84,10 @@ class MujocoSim(Node):
         preset = self.declare_parameter('preset', '').value
         self.rate = self._number('imu_rate', 1000.0)
         odom_rate = self._number('odom_rate', 250.0)
+        self.real_time_factor = self._number('real_time_factor', 1.0)
+        if not 0.0 < self.real_time_factor <= MAX_REAL_TIME_FACTOR:
+            raise ValueError(f'real_time_factor: {self.real_time_factor:g} is outside '
+                             f'0..{MAX_REAL_TIME_FACTOR:g} (0.5 runs at half the wall clock)')
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
@@ -135,9 +142,11 @@ class MujocoSim(Node):
         self._thread = threading.Thread(target=self._run, daemon=True, name='mujoco-physics')
         self._thread.start()
         fleet = f'{count} vehicles in one world, ' if count > 1 else ''
+        pace = (f', {self.real_time_factor:g} x real time' if self.real_time_factor != 1.0
+                else '')
         self.get_logger().info(f'MuJoCo {self.vehicle.path}: {fleet}physics and IMU at '
                                f'{self.rate:g} Hz, odometry at {self.rate / self.odom_every:g} '
-                               f'Hz, commands on {topics}')
+                               f'Hz{pace}, commands on {topics}')
 
     def _subscribe(self, groups: Sequence[OutputGroup], vehicle: int) -> str:
         """Subscribe to every group's topics for a vehicle; return them described for the log."""
@@ -192,7 +201,8 @@ class MujocoSim(Node):
     def _run(self) -> None:
         step = 1.0 / self.rate
         vehicle = self.vehicle
-        start = time.monotonic() - vehicle.time
+        wall_per_second = 1.0 / self.real_time_factor
+        start = time.monotonic() - vehicle.time * wall_per_second
         count = 0
         while not self._stop.is_set():
             if any(self._changed):
@@ -210,7 +220,7 @@ class MujocoSim(Node):
                 if not self.context.ok():
                     return
                 raise
-            ahead = start + vehicle.time - time.monotonic()
+            ahead = start + vehicle.time * wall_per_second - time.monotonic()
             if ahead > 0.0:
                 time.sleep(ahead)
             elif ahead < -MAX_LAG:
