@@ -151,20 +151,21 @@ def test_real_time_factor_paces_simulated_time_slower_than_the_wall_clock():
 
     output = listen(simulator('/paced', 'real_time_factor:=0.5', 'imu_rate:=250'), subscribe,
                     lambda: len(received) > 1 and received[-1][0] - received[0][0] > 3.0)
-    assert '0.5 x real time' in output, output
+    assert '0.5 x real time' in output and len(received) > 1, output
     (wall0, sim0), (wall1, sim1) = received[0], received[-1]
     # Never ahead of half the wall clock (beyond a late first arrival); a busy machine may
-    # only slow it further.
-    assert 0.2 * (wall1 - wall0) < sim1 - sim0 < 0.5 * (wall1 - wall0) + 0.2, \
+    # slow it a little, but not to a factor applied twice (0.25).
+    assert 0.3 * (wall1 - wall0) < sim1 - sim0 < 0.5 * (wall1 - wall0) + 0.2, \
         f'{sim1 - sim0:.2f} s simulated in {wall1 - wall0:.2f} s of wall time'
 
 
-@pytest.mark.parametrize('value', ['0.0', '-1.0', '1000.0'])
+@pytest.mark.parametrize('value', ['0.0', '-1.0', '2.0'])
 def test_a_real_time_factor_out_of_range_is_one_fatal_line(value):
     with reaped(simulator('/badpace', f'real_time_factor:={value}')) as process:
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 1, output
-    assert 'real_time_factor:' in output and 'is outside 0..100' in output, output
+    (fatal,) = [line for line in output.splitlines() if 'FATAL' in line]
+    assert 'real_time_factor:' in fatal and 'is not above 0 and at most 1' in fatal, output
     assert 'Traceback' not in output, output
 
 

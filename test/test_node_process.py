@@ -373,11 +373,11 @@ def counting_shutdown(**kwargs):
 def ticking_node():
     node = rclpy.create_node('stopping')
     node.create_timer(0.01, lambda: None)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     return node
 
 
 rclpy.try_shutdown = counting_shutdown
-threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 print('exit', run_node(ticking_node, 'stopping', ()))
 """
 
@@ -394,3 +394,4 @@ def test_run_node_shuts_its_executor_down_before_rclpy():
     lines = result.stdout.splitlines()
     assert lines[-1:] == ['exit 0'], result.stdout + result.stderr
     assert set(lines[:-1]) == {'executors live at rclpy shutdown: 0'}, result.stdout
+    assert 'Traceback' not in result.stderr, result.stderr

@@ -14,7 +14,8 @@ from ardupilot_json_bridge.core.settings import sitl_port
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 MAX_FLEET = 64
 MAX_RATE = 10000.0
-MAX_REAL_TIME_FACTOR = 100.0
+# Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
+MAX_REAL_TIME_FACTOR = 1.0
 
 
 class LaunchArgumentError(ValueError):
@@ -58,10 +59,25 @@ def parse_rate(name: str, text: str) -> float:
 
 def parse_real_time_factor(name: str, text: str) -> float:
     """Parse how fast simulated time runs against the wall clock (0.5: half speed)."""
-    return _parse_positive(name, text, 'a real-time factor', '', MAX_REAL_TIME_FACTOR)
+    try:
+        value = float(text)
+    except ValueError:
+        raise LaunchArgumentError(f'{name}: expected a real-time factor, got {text!r}') from None
+    return check_real_time_factor(name, value)
+
+
+def check_real_time_factor(name: str, value: float) -> float:
+    """Return value if it is a real-time factor the simulator can run at, above 0 and up to 1."""
+    if not 0.0 < value <= MAX_REAL_TIME_FACTOR:
+        raise LaunchArgumentError(
+            f'{name}: {value:g} is not above 0 and at most {MAX_REAL_TIME_FACTOR:g} (0.5 runs '
+            'the simulation at half the wall clock; SITL keeps to the wall clock, so faster '
+            "than real time needs SITL's --speedup: use the lock-step mujoco command)")
+    return value
 
 
 def _parse_positive(name: str, text: str, what: str, unit: str, maximum: float) -> float:
+    """Parse a number above 0 and at most maximum; the error names the launch argument."""
     try:
         value = float(text)
     except ValueError:

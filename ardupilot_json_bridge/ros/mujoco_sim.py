@@ -12,7 +12,7 @@ publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3St
 m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
 relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping:
 real_time_factor simulated seconds a wall second (1 by default; at 0.5 the simulator, bridge
-and SITL take half the CPU a second, for a small or busy machine).
+and SITL take about half the CPU a second, for a small or busy machine).
 With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
 <namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
 """
@@ -38,7 +38,7 @@ from ardupilot_json_bridge.config import (
     config_from_parameters, ConfigError, load_parameters_file, NODE_NAME, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
-from ardupilot_json_bridge.ros.launch_config import MAX_REAL_TIME_FACTOR
+from ardupilot_json_bridge.ros.launch_config import check_real_time_factor
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     advance_together, DEFAULT_VEHICLE, load_world, MODELS_DIR, MujocoVehicle, VehicleError,
@@ -84,10 +84,8 @@ class MujocoSim(Node):
         preset = self.declare_parameter('preset', '').value
         self.rate = self._number('imu_rate', 1000.0)
         odom_rate = self._number('odom_rate', 250.0)
-        self.real_time_factor = self._number('real_time_factor', 1.0)
-        if not 0.0 < self.real_time_factor <= MAX_REAL_TIME_FACTOR:
-            raise ValueError(f'real_time_factor: {self.real_time_factor:g} is outside '
-                             f'0..{MAX_REAL_TIME_FACTOR:g} (0.5 runs at half the wall clock)')
+        self.real_time_factor = check_real_time_factor(
+            'real_time_factor', self._number('real_time_factor', 1.0))
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
@@ -222,7 +220,7 @@ class MujocoSim(Node):
                 raise
             ahead = start + vehicle.time * wall_per_second - time.monotonic()
             if ahead > 0.0:
-                time.sleep(ahead)
+                self._stop.wait(ahead)
             elif ahead < -MAX_LAG:
                 start -= ahead
 

@@ -348,6 +348,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         node = factory()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
+        # executor=: Humble's executor returns only once it has run the future's callback.
         stopped = Future(executor=executor)
         spinner = threading.Thread(target=spin_until_shutdown, name='executor', daemon=True,
                                    args=(executor, stopped, stop, failure))
@@ -356,11 +357,11 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stopped.set_result(None)   # wakes the executor, which returns with rclpy still up
-        spinner.join(SPIN_STOP_TIMEOUT)
+        spinner.join(SPIN_STOP_TIMEOUT / 2)
         if spinner.is_alive():
             rclpy.try_shutdown()   # a callback that does not return: stop it the hard way
-            spinner.join(SPIN_STOP_TIMEOUT)
-        else:
+            spinner.join(SPIN_STOP_TIMEOUT / 2)
+        if not spinner.is_alive():
             # Now, not in Executor.__del__ at exit, which may come after rclpy is gone.
             executor.shutdown(timeout_sec=0)
         if failure:

@@ -123,6 +123,7 @@ def test_real_arducopter_hovers_through_mujoco_launch_at_the_default_rates(sourc
     print(f'mujoco.launch.py, 1 kHz IMU, 250 Hz odometry: {flight.summary()}')
     flight.launch_output = output
     assert_hovered(flight)
+    assert f'{REAL_TIME_FACTOR:g} x real time' in output, output[-2000:]
     # Both processes started by their executables and ended cleanly on Ctrl-C.
     assert output.count('process has finished cleanly') == 2, output[-2000:]
 
