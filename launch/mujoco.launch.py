@@ -61,7 +61,7 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('odom_rate', default_value='250.0',
                               description='Odometry rate of each simulator, Hz'),
         DeclareLaunchArgument('real_time_factor', default_value='1.0',
-                              description='Simulated seconds a wall second, at most 1 (0.5 for a busy '
-                                          'or small machine)'),
+                              description='Simulated seconds a wall second, at most 1 '
+                                          '(0.5 for a busy or small machine)'),
         OpaqueFunction(function=_vehicles),
     ])
