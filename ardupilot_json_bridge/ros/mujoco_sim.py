@@ -12,7 +12,7 @@ publishes `airspeed` (std_msgs/Float64, m/s) and `wind` (geometry_msgs/Vector3St
 m/s) with the odometry: the air it flies in, blown by the wind and gust parameters. Topics are
 relative, so namespaces apply. Physics runs in a thread paced to the wall clock by sleeping:
 real_time_factor simulated seconds a wall second (1 by default; at 0.5 the simulator, bridge
-and SITL take about half the CPU a second, for a small or busy machine).
+and SITL have twice the wall time for each step, for a small or busy machine).
 With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
 <namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
 """
