@@ -3,6 +3,7 @@
 import ast
 import glob
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -163,3 +164,22 @@ def test_readme_commands_are_what_ci_runs():
     assert "python -m pip install --quiet -e '.[test,jazzy]'" in script
     assert 'python -m pytest -ra test/' in script
     assert "pip install '.[mujoco]' && ardupilot-json-bridge mujoco" in text
+
+
+# ROS_DOMAIN_ID given a number: `ROS_DOMAIN_ID=93`, `'ROS_DOMAIN_ID': '93'`, `..., '93')`.
+FIXED_DOMAIN = re.compile(r"""ROS_DOMAIN_ID['"]?\]?\s*[=:,]\s*['"]?\d""")
+
+
+def test_no_test_or_script_fixes_a_ros_domain():
+    """A fixed ROS domain makes two runs on one machine (a developer's and CI's) cross-talk."""
+    paths = [path for pattern in ('test/**/*.py', 'benchmarks/*.py', 'launch/*.py', '.ci/*')
+             for path in glob.glob(os.path.join(ROOT, pattern), recursive=True)
+             if not os.path.samefile(path, __file__)]
+    assert any(path.endswith(os.path.join('.ci', 'run')) for path in paths)
+    fixed = []
+    for path in paths:
+        with open(path, encoding='utf-8') as source:
+            fixed += [f'{os.path.relpath(path, ROOT)}:{number}: {line.strip()}'
+                      for number, line in enumerate(source, start=1)
+                      if FIXED_DOMAIN.search(line)]
+    assert not fixed, fixed
