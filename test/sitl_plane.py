@@ -14,6 +14,8 @@ import sitl_flight
 import sitl_rover
 
 Point3 = Tuple[float, float, float]
+# Wall seconds a whole circuit may take in real time.
+CIRCUIT_TIMEOUT = 400.0
 
 
 def plane_binary() -> Optional[str]:
@@ -51,7 +53,7 @@ def circle(track: List[Point3]) -> Tuple[float, float, float, float]:
 
 def fly_circuit(sitl: sitl_flight.Sitl, truth: Callable[[], Point3], altitude: float = 50.0,
                 loiter_seconds: float = 40.0, rtl_seconds: float = 30.0,
-                timeout: float = 400.0) -> CircuitRecord:
+                timeout: float = CIRCUIT_TIMEOUT) -> CircuitRecord:
     """EKF ready, arm, TAKEOFF to altitude, LOITER for loiter_seconds, RTL; sim seconds."""
     started = time.monotonic()
     flight = sitl_flight.Flight(sitl)

@@ -17,6 +17,8 @@ import sitl_flight
 
 Point = Tuple[float, float]
 EARTH_RADIUS = 6378137.0            # WGS-84, as ArduPilot's Location offsets use
+# Wall seconds a whole square may take in real time.
+SQUARE_TIMEOUT = 300.0
 
 
 class VehicleSitl(sitl_flight.Sitl):
@@ -119,7 +121,7 @@ def upload_square(flight: sitl_flight.Flight, side: float) -> List[Point]:
 
 
 def drive_square(sitl: sitl_flight.Sitl, side: float, truth: Callable[[], Point],
-                 timeout: float = 300.0) -> Tuple[DriveRecord, List[Point]]:
+                 timeout: float = SQUARE_TIMEOUT) -> Tuple[DriveRecord, List[Point]]:
     """EKF ready, upload the square, arm, AUTO; sample truth (east, north) until home."""
     started = time.monotonic()
     flight = sitl_flight.Flight(sitl)

@@ -79,6 +79,7 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
     instance = 2
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/quad', '-p',
                       f'imu_rate:={imu_rate}.0', '-p', f'odom_rate:={odom_rate}.0',
+                      '-p', '{}:={}'.format(*sitl_flight.PACED),
                       environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/quad', '--params-file', CONFIG,
                          '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
@@ -86,7 +87,9 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
         truth = SimulatorTruth('/quad/odom', domain_id)
         try:
             with sitl_flight.Sitl(instance=instance, speedup=1) as sitl:
-                record = sitl_flight.fly(sitl, 5.0, 5.0, lambda: truth.height)
+                record = sitl_flight.fly(
+                    sitl, 5.0, 5.0, lambda: truth.height,
+                    timeout=sitl_flight.FLIGHT_TIMEOUT / sitl_flight.REAL_TIME_FACTOR)
                 log = sitl.log()
                 gyro_rate, loop_rate, long_loops = sitl.figures()
         finally:

@@ -15,6 +15,7 @@ pytest.importorskip('rclpy', reason='needs ROS 2 (rclpy): source ROS or pip inst
 pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from conftest import reaped  # noqa: E402
+import sitl_flight  # noqa: E402
 import sitl_plane  # noqa: E402
 from test_mujoco_plane import judge_circuit  # noqa: E402
 from test_node_flight import start  # noqa: E402
@@ -31,6 +32,7 @@ def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind
     instance, wind = 7, (-5.0, 0.0, 0.0)
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/plane', '-p',
                       'vehicle:=plane', '-p', f'wind:=[{wind[0]}, {wind[1]}, {wind[2]}]',
+                      '-p', '{}:={}'.format(*sitl_flight.PACED),
                       environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/plane', '--params-file',
                          os.path.join(CONFIG, 'mujoco_plane.yaml'), '-p', 'use_sim_time:=true',
@@ -38,7 +40,9 @@ def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind
         truth = PositionTruth('/plane/odom', domain_id)
         try:
             with sitl_plane.plane_sitl(instance=instance) as sitl:
-                record = sitl_plane.fly_circuit(sitl, lambda: truth.position)
+                record = sitl_plane.fly_circuit(
+                    sitl, lambda: truth.position,
+                    timeout=sitl_plane.CIRCUIT_TIMEOUT / sitl_flight.REAL_TIME_FACTOR)
                 log = sitl.log()
         finally:
             truth.close()

@@ -17,6 +17,7 @@ pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from ardupilot_json_bridge.messages.cdr import decode_odometry  # noqa: E402
 from conftest import reaped  # noqa: E402
+import sitl_flight  # noqa: E402
 import sitl_rover  # noqa: E402
 from test_mujoco_rover import mission_figures  # noqa: E402
 from test_node_flight import SimulatorTruth, start  # noqa: E402
@@ -55,15 +56,17 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
     instance = 5
     preset = os.path.join(CONFIG, f'mujoco_{vehicle}.yaml')
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/rover', '-p',
-                      f'vehicle:={vehicle}', environment=environment)) as sim, \
+                      f'vehicle:={vehicle}', '-p', '{}:={}'.format(*sitl_flight.PACED),
+                      environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/rover', '--params-file', preset,
                          '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
                          environment=environment)) as node:
         truth = PositionTruth('/rover/odom', domain_id)
         try:
             with sitl_rover.rover_sitl(instance=instance, skid=vehicle == 'rover_skid') as sitl:
-                record, corners = sitl_rover.drive_square(sitl, 20.0,
-                                                          lambda: truth.position[:2])
+                record, corners = sitl_rover.drive_square(
+                    sitl, 20.0, lambda: truth.position[:2],
+                    timeout=sitl_rover.SQUARE_TIMEOUT / sitl_flight.REAL_TIME_FACTOR)
                 log = sitl.log()
         finally:
             truth.close()

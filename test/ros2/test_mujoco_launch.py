@@ -37,11 +37,8 @@ ALTITUDE, HOLD = 5.0, 5.0
 # which departs from the slerp between recorded samples by the angular acceleration's share
 # (0.087 deg measured in a 250 Hz takeoff).
 POSITION_TOLERANCE, ATTITUDE_TOLERANCE_DEG = 2e-3, 0.15
-# The launched simulators run at half the wall clock, as the README advises for a small or busy
-# machine: in real time, a 2-core machine running another CPU-bound job starved SITL (gyro rate
-# below its arming check, a crash on AngErr, a 4.9 m hover error at 1 kHz).
-REAL_TIME_FACTOR = 0.5
-PACED = f'real_time_factor:={REAL_TIME_FACTOR}'
+REAL_TIME_FACTOR = sitl_flight.REAL_TIME_FACTOR
+PACED = f'real_time_factor:={REAL_TIME_FACTOR}'   # sitl_flight.PACED as a launch argument
 
 
 @dataclass
