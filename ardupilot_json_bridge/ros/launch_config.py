@@ -54,16 +54,15 @@ def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
 
 
 def parse_rate(name: str, text: str) -> float:
-    return _parse_positive(name, text, 'a rate in Hz', ' Hz', MAX_RATE)
+    value = _parse_number(name, text, 'a rate in Hz')
+    if not 0.0 < value <= MAX_RATE:
+        raise LaunchArgumentError(f'{name}: {value:g} Hz is outside 0..{MAX_RATE:g}')
+    return value
 
 
 def parse_real_time_factor(name: str, text: str) -> float:
     """Parse how fast simulated time runs against the wall clock (0.5: half speed)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise LaunchArgumentError(f'{name}: expected a real-time factor, got {text!r}') from None
-    return check_real_time_factor(name, value)
+    return check_real_time_factor(name, _parse_number(name, text, 'a real-time factor'))
 
 
 def check_real_time_factor(name: str, value: float) -> float:
@@ -76,15 +75,12 @@ def check_real_time_factor(name: str, value: float) -> float:
     return value
 
 
-def _parse_positive(name: str, text: str, what: str, unit: str, maximum: float) -> float:
-    """Parse a number above 0 and at most maximum; the error names the launch argument."""
+def _parse_number(name: str, text: str, what: str) -> float:
+    """Parse a number; the error names the launch argument and what it expected."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise LaunchArgumentError(f'{name}: expected {what}, got {text!r}') from None
-    if not 0.0 < value <= maximum:
-        raise LaunchArgumentError(f'{name}: {value:g}{unit} is outside 0..{maximum:g}')
-    return value
 
 
 def parse_namespace(name: str, text: str) -> str:
