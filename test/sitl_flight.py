@@ -29,7 +29,7 @@ FLIGHT_TIMEOUT = 240.0
 # 2-core machine running another CPU-bound job starved SITL (a gyro-rate arming failure, a crash
 # on AngErr, a 4.9 m hover error at 1 kHz, a plane loitering 5.2 m off its altitude).
 REAL_TIME_FACTOR = 0.5
-PACED = ('real_time_factor', REAL_TIME_FACTOR)
+PACED = f'real_time_factor:={REAL_TIME_FACTOR}'   # a parameter (-p) or a launch argument
 
 
 class SitlDied(RuntimeError):

@@ -79,7 +79,7 @@ def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
     instance = 2
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/quad', '-p',
                       f'imu_rate:={imu_rate}.0', '-p', f'odom_rate:={odom_rate}.0',
-                      '-p', '{}:={}'.format(*sitl_flight.PACED),
+                      '-p', sitl_flight.PACED,
                       environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/quad', '--params-file', CONFIG,
                          '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',

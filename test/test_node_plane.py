@@ -32,7 +32,7 @@ def test_real_arduplane_takes_off_loiters_and_returns_through_the_node_in_a_wind
     instance, wind = 7, (-5.0, 0.0, 0.0)
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/plane', '-p',
                       'vehicle:=plane', '-p', f'wind:=[{wind[0]}, {wind[1]}, {wind[2]}]',
-                      '-p', '{}:={}'.format(*sitl_flight.PACED),
+                      '-p', sitl_flight.PACED,
                       environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/plane', '--params-file',
                          os.path.join(CONFIG, 'mujoco_plane.yaml'), '-p', 'use_sim_time:=true',

@@ -56,7 +56,7 @@ def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed)
     instance = 5
     preset = os.path.join(CONFIG, f'mujoco_{vehicle}.yaml')
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/rover', '-p',
-                      f'vehicle:={vehicle}', '-p', '{}:={}'.format(*sitl_flight.PACED),
+                      f'vehicle:={vehicle}', '-p', sitl_flight.PACED,
                       environment=environment)) as sim, \
             reaped(start('node', '--ros-args', '-r', '__ns:=/rover', '--params-file', preset,
                          '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',

@@ -37,8 +37,7 @@ ALTITUDE, HOLD = 5.0, 5.0
 # which departs from the slerp between recorded samples by the angular acceleration's share
 # (0.087 deg measured in a 250 Hz takeoff).
 POSITION_TOLERANCE, ATTITUDE_TOLERANCE_DEG = 2e-3, 0.15
-REAL_TIME_FACTOR = sitl_flight.REAL_TIME_FACTOR
-PACED = f'real_time_factor:={REAL_TIME_FACTOR}'   # sitl_flight.PACED as a launch argument
+REAL_TIME_FACTOR, PACED = sitl_flight.REAL_TIME_FACTOR, sitl_flight.PACED
 
 
 @dataclass
