@@ -29,7 +29,8 @@ from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
 from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle
 
 WARM_UP = 200
-AFTER_REPLY = 'recording, viewer (after the reply)'
+AFTER_SEND = 'after the reply: '
+AFTER_REPLY = AFTER_SEND + 'recording, viewer'
 
 
 def timer(spent: Counter, stage: str, function: Callable) -> Callable:
@@ -68,17 +69,17 @@ def profile(frames: int, record: bool) -> None:
     vehicle._mujoco = functions
     vehicle.advance = timer(spent, 'physics: the whole advance', vehicle.advance)
     vehicle.state = timer(spent, 'sensor read', vehicle.state)
-    mujoco_source.vehicle_samples = timer(spent, 'sensor read', mujoco_source.vehicle_samples)
-    state.push_frame = timer(spent, 'state push', state.push_frame)
+    mujoco_source.frame_instant = timer(spent, 'sensor read', mujoco_source.frame_instant)
+    state.push_instant = timer(spent, AFTER_SEND + 'state push', state.push_instant)
     source.checker.add_frame = timer(spent, 'live checks (hand-off)', source.checker.add_frame)
     state.wait_for_sample = timer(spent, 'alignment (the instant)', state.wait_for_sample)
     link.session.timestamp_for = timer(spent, 'alignment (the instant)',
                                        link.session.timestamp_for)
     sitl_link.build_reply = timer(spent, 'JSON', sitl_link.build_reply)
     sitl_link.encode_reply = timer(spent, 'JSON', sitl_link.encode_reply)
-    link.session.record_reply = timer(spent, 'after the reply: session, served',
+    link.session.record_reply = timer(spent, AFTER_SEND + 'session, served',
                                       link.session.record_reply)
-    state.mark_served = timer(spent, 'after the reply: session, served', state.mark_served)
+    state.mark_served = timer(spent, AFTER_SEND + 'session, served', state.mark_served)
     packets = [encode_servo_packet(i, [1550] * 4 + [1000] * 12) for i in range(frames)]
     for packet in packets[:WARM_UP]:
         link.handle_datagram(packet, ('127.0.0.1', 40000))

@@ -88,9 +88,11 @@ def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
     if source:
         environment['PYTHONPATH'] = os.pathsep.join(
             [source] + [p for p in environment.get('PYTHONPATH', '').split(os.pathsep) if p])
+    # python -m puts its working folder first on the path: the source's, or the checkout
+    # the benchmark runs from would shadow it.
     return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
                              '--log-level', 'warning', '--vehicles', str(vehicles), *flags],
-                            stdout=subprocess.DEVNULL, env=environment)
+                            stdout=subprocess.DEVNULL, env=environment, cwd=source or None)
 
 
 def per_frame(cpu: Optional[float], frames: int) -> str:

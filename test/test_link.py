@@ -11,7 +11,7 @@ import pytest
 from ardupilot_json_bridge.core.protocol import encode_servo_packet
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
-from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.core.state import Instant, SensorState
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from conftest import free_udp_port
 from sitl_peer import parse_reply, SitlFrameRate, SitlPeer
@@ -494,3 +494,70 @@ def test_a_frame_whose_on_frame_failed_is_tried_again_when_sitl_resends_it():
     finally:
         sitl.close()
         link.stop()
+
+
+def engine_instant(stamp: float) -> Instant:
+    """Return a lock-step engine's frame as the instant it stepped to (hand-written values)."""
+    return Instant(stamp=stamp, sequence=0, skipped=0, gyro=(0.125, -0.25, 0.5),
+                   accel=(0.5, 0.25, -9.75), position=(1.0, 2.0, -3.0),
+                   velocity=(0.125, 0.0, -0.5), quaternion=LEVEL, ranges=(), wind=None,
+                   airspeed=None, battery=None, rc=None)
+
+
+def stepping_engine(stamps):
+    """on_frame of an engine whose frames reach each of stamps in turn."""
+    stamps = iter(stamps)
+    return lambda packet: engine_instant(next(stamps))
+
+
+def test_an_engine_frame_is_answered_from_its_instant_then_pushed(make_link, make_peer):
+    # The reply goes out before the state takes the frame: the pushing and bookkeeping
+    # overlap SITL's turn instead of delaying the reply.
+    link = make_link(on_frame=stepping_engine([5.0, 5.001, 5.002]))
+    push, pushed = link.state.push_instant, []
+
+    def push_instant(instant, served=False):
+        pushed.append((link.stats.replied, served))
+        return push(instant, served)
+
+    link.state.push_instant = push_instant
+    peer = make_peer(link.address[1])
+    replies = [peer.step() for _ in range(3)]
+    assert [r['timestamp'] for r in replies] == pytest.approx([0.0, 0.001, 0.002], abs=1e-9)
+    assert replies[-1]['imu.gyro'] == (0.125, -0.25, 0.5)
+    assert replies[-1]['imu.accel_body'] == (0.5, 0.25, -9.75)
+    assert replies[-1]['position'] == (1.0, 2.0, -3.0)
+    assert replies[-1]['velocity'] == (0.125, 0.0, -0.5)
+    assert replies[-1]['quaternion'] == LEVEL
+    assert wait_for(lambda: len(pushed) == 3)
+    assert pushed == [(1, True), (2, True), (3, True)]  # each after its own reply was sent
+    assert link.state.newest_primary() == 5.002
+    assert link.state.meters['imu'].count == link.state.meters['odometry'].count == 3
+    assert link.stats.unanswered == 0
+
+
+def test_an_engine_frame_not_after_the_last_is_left_to_the_state(make_link, make_peer, caplog):
+    # A repeated stamp has nothing new to serve; a stamp back (a reset) carries SITL's clock
+    # on by the last step, as for any source: the state decides both, as before.
+    link = make_link(on_frame=stepping_engine([5.0, 5.001, 5.001, 4.0]), fresh_timeout=0.1)
+    peer = make_peer(link.address[1])
+    peer.step(), peer.step()
+    with pytest.raises(TimeoutError):
+        peer.step(timeout=0.5)
+    peer.frame_count += 1
+    went_back = peer.step()
+    assert went_back['timestamp'] == pytest.approx(0.002, abs=1e-9)
+    assert 'no sample newer than the last reply' in caplog.text
+    assert 'physics time went back from 5.001 to 4.000 s' in caplog.text
+    assert wait_for(lambda: link.stats.replied == 3) and link.stats.unanswered == 1
+
+
+def test_an_engine_frame_on_the_grid_is_left_to_the_state(make_link, make_peer):
+    # Grid pacing answers SITL's own frame instants: the engine's instant is pushed, and
+    # the grid's first instant served from the state.
+    link = make_link(StateSettings(pacing=GRID), on_frame=stepping_engine([5.0]),
+                     fresh_timeout=0.5)
+    peer = make_peer(link.address[1])
+    reply = peer.step()
+    assert reply['timestamp'] == 0.0 and reply['position'] == (1.0, 2.0, -3.0)
+    assert link.state.newest_primary() == 5.0

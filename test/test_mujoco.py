@@ -23,10 +23,13 @@ from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
-from ardupilot_json_bridge.sources.mujoco_vehicle import MujocoVehicle  # noqa: E402
+from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
+    MujocoVehicle, shipped_model)
+from ardupilot_json_bridge.sources.wind import Wind  # noqa: E402
 from conftest import free_udp_port, motor_command, reaped  # noqa: E402
 import sitl_flight  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
+from test_mujoco_plane import in_flight  # noqa: E402
 
 HOVER_SPEED = math.sqrt(1.21 * 9.80665 / 4 / 1.6758e-5)
 
@@ -176,6 +179,48 @@ def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_b
     assert reply_first[300]['velocity'] == pytest.approx([0.0, 0.0, 0.0], abs=1e-2)
     assert lock_step[-1]['position'][2] < lock_step[300]['position'][2] - 0.01  # it climbed
     assert reply_first[-1]['position'] == pytest.approx(lock_step[-2]['position'], abs=1e-5)
+
+
+@pytest.mark.parametrize('vehicle', ['quad_x', 'plane'])
+def test_a_frame_answered_from_its_instant_is_the_reply_the_state_builds(vehicle):
+    # The same PWM to an engine answered at once (the mujoco command's way) and to one whose
+    # instant is pushed first and answered from the state, as any lock-step source is: the
+    # same bytes, frame for frame, across a SITL restart; the plane's carry wind and airspeed.
+    path, shipped = shipped_model(vehicle)
+    config = load_config(default_preset(shipped.preset), '', {})
+    channels = 4 if vehicle == 'quad_x' else 5
+    pwm = [[1650 + int(150 * math.sin(k / 30.0 + i)) for i in range(channels)]
+           + [1000] * (16 - channels) for k in range(240)]
+    replies = {}
+    for at_once in (True, False):
+        model = MujocoVehicle(path)
+        if model.aero is not None:
+            in_flight(model)
+            model.wind = Wind((3.0, -2.0, 0.0))
+        state = SensorState(StateSettings(pacing=SAMPLES))
+        source = MujocoLockStep(model, state, config.outputs)
+
+        def pushed_first(packet, source=source, state=state) -> None:
+            state.push_instant(source.on_frame(packet))
+
+        link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                        on_frame=source.on_frame if at_once else pushed_first,
+                        on_restart=source.on_restart, after_reply=source.after_reply)
+        link.start()
+        peer = SitlPeer(link.address[1])
+        try:
+            replies[at_once] = []
+            for k, frame_pwm in enumerate(pwm):
+                peer.frame_count = k if k < 160 else k - 160    # SITL restarts at frame 160
+                peer.send(pwm=frame_pwm)
+                replies[at_once].append(peer.receive())
+        finally:
+            peer.close()
+            link.stop()
+    assert None not in replies[True]
+    assert replies[True] == replies[False]
+    if vehicle == 'plane':
+        assert b'"airspeed":' in replies[True][-1] and b'"velocity_wind":' in replies[True][-1]
 
 
 @pytest.mark.parametrize('failing, unanswered', [({5}, 0), ({5, 6}, 1)],

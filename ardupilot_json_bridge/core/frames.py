@@ -60,8 +60,10 @@ def canonical(q: Sequence[float]) -> Quaternion:
 
 def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> Quaternion:
     """ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first)."""
-    q_enu_flu = canonical((w, x, y, z))
-    return canonical(quaternion_multiply(quaternion_multiply(Q_NED_ENU, q_enu_flu), Q_FLU_FRD))
+    # Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out (with the sign of w flipped, as
+    # canonical would): one conversion per lock-step frame, so written without the zeros.
+    h = _HALF_SQRT2
+    return canonical((h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z))
 
 
 def quaternion_matrices(q: np.ndarray) -> np.ndarray:

@@ -240,6 +240,39 @@ class SensorState:
             if fresh and self._sequence == sequence:
                 self._condition.notify_all()  # the IMU was refused: wake odometry's waiters
 
+    def push_instant(self, instant: Instant, served: bool = False) -> int:
+        """
+        Push a lock-step engine's frame, given as the instant it is; return its sequence.
+
+        served: the link answered SITL with this instant already, before pushing it (it is
+        the newest sample, at its own stamp: what wait_for_sample would have returned), so
+        it is marked served and its optional values counted used, as serving it would have.
+        """
+        stamp = instant.stamp
+        with self._condition:
+            self.push_frame(ImuSample(stamp, instant.gyro, instant.accel),
+                            OdometrySample(stamp, instant.position, instant.velocity,
+                                           instant.quaternion, instant.gyro))
+            if (instant.ranges or instant.wind is not None or instant.airspeed is not None
+                    or instant.battery is not None or instant.rc is not None):
+                self._push_optional_values(instant, served)
+            if served:
+                self._await_odometry = True
+                self._served = max(self._served, self._sequence)
+                self._condition.notify_all()
+            return self._sequence
+
+    def _push_optional_values(self, instant: Instant, served: bool) -> None:
+        """Push the instant's optional values (under the lock); served: count them used."""
+        optional = list(zip(self._range_names, instant.ranges))
+        optional += [(WIND, instant.wind), (AIRSPEED, instant.airspeed),
+                     (BATTERY, instant.battery), (RC, instant.rc)]
+        for name, value in optional:
+            if value is not None:
+                self._push_optional(name, Stamped(instant.stamp, value))
+                if served:
+                    self.meters[name].used += 1
+
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
         if newest is not None and stamp - newest > RESET_JUMP:

@@ -25,7 +25,8 @@ from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, MAX_STEP, S
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
-FrameCallback = Callable[[ServoPacket], None]
+# A lock-step engine's on_frame may return the instant it stepped to, to be answered at once.
+FrameCallback = Callable[[ServoPacket], Optional[Instant]]
 RestartCallback = Callable[[], None]
 
 
@@ -205,13 +206,15 @@ class SitlLink:
                                           f'reached the bridge before frame '
                                           f'{packet.frame_count}')
         if verdict.kind is FrameKind.RETRY:
-            if self._failed_frame == packet.frame_count:
-                self._publish(packet)     # a lock-step engine steps the frame it failed again
-            self._reply(packet, received)
+            # A lock-step engine steps the frame it failed again.
+            instant = self._publish(packet) if self._failed_frame == packet.frame_count else None
+            if instant is None or not self._answer(packet, received, instant):
+                self._reply(packet, received)
             return
         stats.new_frames += 1
-        self._publish(packet)
-        self._reply(packet, received)
+        instant = self._publish(packet)
+        if instant is None or not self._answer(packet, received, instant):
+            self._reply(packet, received)
         if self.after_reply is not None:
             try:
                 self.after_reply()
@@ -257,16 +260,46 @@ class SitlLink:
         self._peer_heard = now
         return True
 
-    def _publish(self, packet: ServoPacket) -> None:
+    def _publish(self, packet: ServoPacket) -> Optional[Instant]:
         if self.on_frame is None:
-            return
+            return None
         self._failed_frame = None
         try:
-            self.on_frame(packet)
+            return self.on_frame(packet)
         except Exception as error:
             self._failed_frame = packet.frame_count
             self.warnings.error('on_frame', f'{self._prefix}frame {packet.frame_count}: '
                                             f'handing its PWM on failed: {error!r}')
+            return None
+
+    def _answer(self, packet: ServoPacket, received: float, instant: Instant) -> bool:
+        """
+        Answer a lock-step engine's frame from the instant it stepped to, then push it.
+
+        The reply is the one the state would build from the pushed sample (the newest, at its
+        own stamp), sent before the pushing and bookkeeping, which then overlap SITL's turn.
+        Returns False, with the instant pushed, where the state must decide (grid pacing, a
+        stamp not after the last served, values that cannot be sent): _reply answers then.
+        """
+        state, session, settings = self.state, self.session, self.settings
+        last = session.last_stamp
+        if state.grid or (last is not None and instant.stamp <= last):
+            state.push_instant(instant)
+            return False
+        timestamp = session.timestamp_for(instant.stamp)
+        try:
+            data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
+                                                     settings.no_lockstep))
+        except ReplyError:
+            state.push_instant(instant)
+            return False
+        self._send(data, received)
+        if dropped:
+            self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
+                                             f'not finite: {", ".join(dropped)}')
+        sequence = state.push_instant(instant, served=True)
+        session.record_reply(packet.frame_count, data, sequence, instant.stamp, timestamp)
+        return True
 
     def _reply(self, packet: ServoPacket, received: float) -> None:
         timeout = max(0.0, received + self.settings.fresh_timeout - self._clock())

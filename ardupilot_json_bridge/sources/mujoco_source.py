@@ -19,8 +19,7 @@ from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ros_to_ned_frd
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
-from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
-from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.core.state import Instant, SensorState
 from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
@@ -42,13 +41,19 @@ def _frd(flu: Sequence[float]) -> Tuple[float, float, float]:
     return flu[0], -flu[1], -flu[2]
 
 
-def vehicle_samples(state: VehicleState) -> Tuple[ImuSample, OdometrySample]:
-    """Return the IMU and odometry samples (ArduPilot conventions) of a ROS-convention state."""
+def frame_instant(state: VehicleState) -> Instant:
+    """
+    Return the reply's instant (ArduPilot conventions) of a ROS-convention state.
+
+    A lock-step frame is answered from it at once; the state's histories take it after.
+    """
     gyro = _frd(state.body_rates)
-    imu = ImuSample(state.time, gyro, _frd(state.specific_force))
-    odometry = OdometrySample(state.time, _ned(state.position), _ned(state.velocity),
-                              ros_to_ned_frd(*state.orientation), gyro)
-    return imu, odometry
+    airspeed = state.airspeed
+    return Instant(stamp=state.time, sequence=0, skipped=0, gyro=gyro,
+                   accel=_frd(state.specific_force), position=_ned(state.position),
+                   velocity=_ned(state.velocity), quaternion=ros_to_ned_frd(*state.orientation),
+                   ranges=(), wind=None if airspeed is None else _ned(state.wind),
+                   airspeed=airspeed, battery=None, rc=None)
 
 
 def outputs_description(vehicle: MujocoVehicle, groups: Sequence[OutputGroup]) -> str:
@@ -108,22 +113,26 @@ class MujocoLockStep:
                 self.logger.warning('cannot open the MuJoCo viewer (no display?): running '
                                     'headless')
 
-    def on_frame(self, packet: ServoPacket) -> None:
+    def on_frame(self, packet: ServoPacket) -> Optional[Instant]:
         """
-        Apply the frame's PWM, step one frame period and push the new samples.
+        Apply the frame's PWM, step one frame period; return the instant to answer with.
 
-        Reply-first: step the frame before's PWM unless after_reply did, and keep this one's
-        for after the reply; the first frame of a session is answered with the state as is.
+        The link answers the frame from that instant and pushes it to the state. Reply-first:
+        step the frame before's PWM unless after_reply did, push it, keep this one's for after
+        the reply; the first frame of a session is answered with the state as is. The state
+        answers then (None is returned).
         """
         self.after_reply()
         if self.reply_first:
             if not self._primed:
                 self._prime(packet)
-            self._record()  # what this frame is answered with
+            self._hand_on()  # what this frame is answered with
             self._to_step = packet
             self.frames += 1
-            return
-        self._step(packet)
+            return None
+        instant = frame_instant(self._step(packet))
+        self.frames += 1
+        return instant
 
     def _prime(self, packet: ServoPacket) -> None:
         """
@@ -136,11 +145,11 @@ class MujocoLockStep:
         if newest is not None and self.vehicle.time <= newest:
             self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
         # No PWM of this session's frames produced the state (recorded with an empty PWM).
-        self._pushed((), list(self.vehicle.commands))
+        self.push((), list(self.vehicle.commands))
         self._primed = True
 
-    def _step(self, packet: ServoPacket) -> None:
-        """Apply packet's PWM, step one frame period and push the new samples."""
+    def _step(self, packet: ServoPacket) -> VehicleState:
+        """Apply packet's PWM, step one frame period; return (and keep) what the sensors read."""
         commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
         duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
@@ -148,34 +157,27 @@ class MujocoLockStep:
             self.vehicle.advance(duration)
         else:
             self.world.step(self.vehicle.index, duration)
-        self._pushed(packet.pwm, commands)
+        reading = self.vehicle.state()
+        self._pending = (reading, packet.pwm, commands)
         if not self.reply_first:
-            self.frames += 1
-
-    def _pushed(self, pwm: Tuple[int, ...], commands: List[float]) -> None:
-        """Push the state, hand it to the checks with pwm, keep it for the recording."""
-        reading = self.push()
-        if self.checker is not None:
-            self.checker.add_frame(reading.time, reading.body_rates, reading.specific_force,
-                                   reading.position, reading.orientation,
-                                   reading.body_velocity, pwm)
-        self._pending = (reading, pwm, commands)
+            self._check(reading, packet.pwm)
+        return reading
 
     def after_reply(self) -> None:
         """
-        Record the reply (lock-step), step the frame answered (reply-first), sync the viewer.
+        Record the frame answered (lock-step), step it (reply-first), sync the viewer.
 
-        Reply-first records in on_frame the reading each frame is answered with.
+        Reply-first records (and checks) in on_frame the reading each frame is answered with.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
         """
         if not self.reply_first:
-            self._record()
+            self._hand_on()
         if self._to_step is not None:
             packet, self._to_step = self._to_step, None
             try:
-                self._step(packet)
+                self.state.push_instant(frame_instant(self._step(packet)))
             except Exception as error:
                 # Nothing new was pushed for the next frame: it is answered as after a restart.
                 self._primed = False
@@ -183,12 +185,21 @@ class MujocoLockStep:
                                    'next frame is answered with the vehicle as it is') from error
         self._sync_viewer()
 
-    def _record(self) -> None:
-        """Record the reading pushed last with the PWM that produced it (none: primed)."""
+    def _check(self, reading: VehicleState, pwm: Tuple[int, ...]) -> None:
+        """Hand a reading to the live checks with the PWM that produced it (one append)."""
+        if self.checker is not None:
+            self.checker.add_frame(reading.time, reading.body_rates, reading.specific_force,
+                                   reading.position, reading.orientation,
+                                   reading.body_velocity, pwm)
+
+    def _hand_on(self) -> None:
+        """Hand the reading pushed last to the recording with its PWM (reply-first: checks)."""
         if self._pending is None:
             return
         reading, pwm, commands = self._pending
         self._pending = None
+        if self.reply_first:
+            self._check(reading, pwm)
         if self.recorder is not None:
             self.recorder.add(reading, pwm, commands, self.vehicle.index)
 
@@ -200,15 +211,11 @@ class MujocoLockStep:
                 self._viewer_synced = now
                 self._viewer.sync()
 
-    def push(self) -> VehicleState:
-        """Push what the sensors read now to the state; return the reading."""
+    def push(self, pwm: Tuple[int, ...], commands: List[float]) -> VehicleState:
+        """Push what the sensors read now to the state, keep it with pwm; return the reading."""
         reading = self.vehicle.state()
-        imu, odometry = vehicle_samples(reading)
-        self.state.push_frame(imu, odometry)
-        if reading.airspeed is not None:
-            # A vehicle that flies in the air tells SITL the air it flies in.
-            self.state.push_wind(Stamped(reading.time, _ned(reading.wind)))
-            self.state.push_airspeed(Stamped(reading.time, reading.airspeed))
+        self.state.push_instant(frame_instant(reading))
+        self._pending = (reading, pwm, commands)
         return reading
 
     def on_restart(self) -> None:

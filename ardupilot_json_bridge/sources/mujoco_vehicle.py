@@ -72,11 +72,21 @@ class VehicleState:
     position: Tuple[float, float, float]
     orientation: Tuple[float, float, float, float]
     velocity: Tuple[float, float, float]
-    body_velocity: Tuple[float, float, float]
     body_rates: Tuple[float, float, float]
     specific_force: Tuple[float, float, float]
     wind: Tuple[float, float, float] = (0.0, 0.0, 0.0)
     airspeed: Optional[float] = None
+
+    @property
+    def body_velocity(self) -> Tuple[float, float, float]:
+        """Return the world velocity turned into the body (the attitude matrix's transpose)."""
+        x, y, z, w = self.orientation
+        vx, vy, vz = self.velocity
+        xx, yy, zz, xy, xz, yz, wx, wy, wz = (
+            x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z)
+        return ((1.0 - 2.0 * (yy + zz)) * vx + 2.0 * (xy + wz) * vy + 2.0 * (xz - wy) * vz,
+                2.0 * (xy - wz) * vx + (1.0 - 2.0 * (xx + zz)) * vy + 2.0 * (yz + wx) * vz,
+                2.0 * (xz + wy) * vx + 2.0 * (yz - wx) * vy + (1.0 - 2.0 * (xx + yy)) * vz)
 
 
 @dataclass(frozen=True)
@@ -219,7 +229,15 @@ class MujocoVehicle:
         self.aero = self._force_model()
         self.commands = [0.0] * self.actuator_count
         self.speeds = [0.0] * self.actuator_count
+        self.all_rotors = self.rotor_count == self.actuator_count
         self.steps = 0
+        # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
+        self.splits = int(model.opt.integrator) != int(mujoco.mjtIntegrator.mjINT_RK4)
+        # The step length advance_together last set the model to (the first of a fleet), and
+        # the step the rotors' lag per step (blend) was worked out for.
+        self.timestep: Optional[float] = None
+        self._blend_step: Optional[float] = None
+        self._blend = 0.0
         # True while data holds mj_step1's results (mj_forward ran) at the current state.
         self.forwarded = False
         if world is None:
@@ -309,7 +327,9 @@ class MujocoVehicle:
     def _prepare(self, step: float) -> None:
         """Before a frame's steps: the rotors' lag per step, or the servos' commands."""
         if self.rotor_count:
-            self._blend = 1.0 - math.exp(-step / self.time_constant)
+            if step != self._blend_step:
+                self._blend_step = step
+                self._blend = 1.0 - math.exp(-step / self.time_constant)
         else:
             self.data.ctrl[self._ctrl] = self.commands
 
@@ -319,7 +339,13 @@ class MujocoVehicle:
         if self.aero is not None:
             self.aero.apply(data.qpos[self._qpos:], data.qvel[self._qvel:],
                             data.xfrc_applied, self.wind.step(step))
-        if self.rotor_count:
+        if self.all_rotors:
+            blend, thrust = self._blend, self.thrust_coefficient
+            speeds = [speed + blend * (command - speed)
+                      for speed, command in zip(self.speeds, self.commands)]
+            self.speeds[:] = speeds
+            data.ctrl[self._ctrl] = [thrust * speed * speed for speed in speeds]
+        elif self.rotor_count:
             rotors, commands, speeds, blend = self.rotors, self.commands, self.speeds, self._blend
             for index, rotor in enumerate(rotors):
                 if rotor:
@@ -334,17 +360,10 @@ class MujocoVehicle:
         px, py, pz, w, x, y, z = data.qpos[self._qpos:self._qpos + 7].tolist()
         vx, vy, vz = data.qvel[self._qvel:self._qvel + 3].tolist()
         sensors = data.sensordata.tolist()
-        # The world velocity turned into the body: the transpose of the attitude's matrix.
-        xx, yy, zz, xy, xz, yz, wx, wy, wz = (
-            x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z)
-        body_velocity = (
-            (1.0 - 2.0 * (yy + zz)) * vx + 2.0 * (xy + wz) * vy + 2.0 * (xz - wy) * vz,
-            2.0 * (xy - wz) * vx + (1.0 - 2.0 * (xx + zz)) * vy + 2.0 * (yz + wx) * vz,
-            2.0 * (xz + wy) * vx + 2.0 * (yz - wx) * vy + (1.0 - 2.0 * (xx + yy)) * vz)
         return VehicleState(
             time=float(data.time), position=(px, py, pz), orientation=(x, y, z, w),
-            velocity=(vx, vy, vz), body_velocity=body_velocity,
-            body_rates=tuple(sensors[self._gyro]), specific_force=tuple(sensors[self._accel]),
+            velocity=(vx, vy, vz), body_rates=tuple(sensors[self._gyro]),
+            specific_force=tuple(sensors[self._accel]),
             wind=tuple(self.wind.now.tolist()),
             airspeed=None if self.aero is None else self.aero.airspeed)
 
@@ -373,9 +392,9 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     mujoco, model, data = first._mujoco, first.model, first.data
     count = max(1, round(duration / first.nominal_step))
     step = duration / count
-    model.opt.timestep = step
-    # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
-    split = first.forwarded and model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
+    if step != first.timestep:
+        model.opt.timestep = first.timestep = step
+    split = first.forwarded and first.splits
     for vehicle in vehicles:
         vehicle._prepare(step)
     for index in range(count):
