@@ -81,6 +81,63 @@ while True:
     return subprocess.Popen([sys.executable, '-c', code])
 
 
+def flat_mujoco_backend() -> subprocess.Popen:
+    """
+    Start a child process flying the quad X in lock-step with the least a Python backend does.
+
+    Per new frame: PWM to rotor speeds (the preset's scaling), the rotors' lag, MuJoCo's split
+    step and forward pass, the sensors to NED/FRD and the reply's 17 numbers (repr): no
+    session rules, checks, histories or recording. Written here, apart from the package, as
+    the floor of a Python MuJoCo backend's frame.
+    """
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
+                         'ardupilot_json_bridge', 'sources', 'models', 'quad_x.xml')
+    code = f"""
+import math, socket, struct
+import mujoco
+m = mujoco.MjModel.from_xml_path({model!r})
+d = mujoco.MjData(m)
+def numeric(name):
+    return float(m.numeric_data[m.numeric_adr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_NUMERIC,
+                                                                name)]])
+def sensor(name):
+    return int(m.sensor_adr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, name)])
+thrust, lag = numeric('rotor_thrust_coefficient'), numeric('rotor_time_constant')
+top, gyro, accel = numeric('rotor_max_speed'), sensor('gyro'), sensor('accelerometer')
+blend = 1.0 - math.exp(-m.opt.timestep / lag)
+h = math.sqrt(0.5)
+form = ('\\n{{"timestamp":%r,"imu":{{"gyro":[%r,%r,%r],"accel_body":[%r,%r,%r]}},'
+        '"position":[%r,%r,%r],"quaternion":[%r,%r,%r,%r],"velocity":[%r,%r,%r]}}\\n')
+mujoco.mj_forward(m, d)
+speeds = [0.0] * 4
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind(('127.0.0.1', 9002))
+last, origin, reply = -1, 0.0, b''
+while True:
+    data, peer = sock.recvfrom(1024)
+    if len(data) < 40 or struct.unpack_from('<H', data)[0] != {MAGIC_16}:
+        continue
+    fields = struct.unpack_from('<HI4H', data, 2)
+    if fields[1] != last:
+        if fields[1] < last:
+            origin = d.time
+        last = fields[1]
+        commands = [min(max((p - 1100.0) / 800.0, 0.0), 1.0) * 838.0 for p in fields[2:]]
+        speeds = [s + blend * (min(c, top) - s) for s, c in zip(speeds, commands)]
+        d.ctrl[:] = [thrust * s * s for s in speeds]
+        mujoco.mj_step2(m, d)
+        mujoco.mj_forward(m, d)
+        px, py, pz, w, x, y, z = d.qpos.tolist()
+        vx, vy, vz = d.qvel[:3].tolist()
+        s = d.sensordata.tolist()
+        reply = (form % (d.time - origin, s[gyro], -s[gyro + 1], -s[gyro + 2], s[accel],
+                         -s[accel + 1], -s[accel + 2], py, px, -pz, h * w + h * z, h * x + h * y,
+                         h * x - h * y, h * w - h * z, vy, vx, -vz)).encode()
+    sock.sendto(reply, peer)
+"""
+    return subprocess.Popen([sys.executable, '-c', code])
+
+
 def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
                    flags: Sequence[str] = ()) -> subprocess.Popen:
     """Start `mujoco`, importing the package from source (a checkout) when given."""
@@ -158,7 +215,8 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
         source, flags = variants.get(kind, (None, []))
         child = mujoco_backend(vehicles, source, flags)
     else:
-        child = do_nothing_backend() if kind == 'do-nothing' else None
+        child = {'do-nothing': do_nothing_backend,
+                 'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
     model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
     time.sleep(1.0 if child else 0.0)
     sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
@@ -187,6 +245,9 @@ def main() -> None:
     parser.add_argument('--variant', action='append', default=[], metavar='LABEL=DIR[,FLAG]',
                         help='also fly `mujoco LABEL`: the package from the checkout DIR '
                              '(empty: this one) with the mujoco command flags given')
+    parser.add_argument('--flat', action='store_true',
+                        help="also fly a flat Python MuJoCo backend (this file's, no checks, "
+                             'histories or session rules): the floor of a Python frame')
     parser.add_argument('--fleet', help='fleet sizes to fly instead (e.g. 1,2,4): mujoco '
                                         '--vehicles N with N SITLs, against the do-nothing '
                                         'backend')
@@ -200,7 +261,7 @@ def main() -> None:
         label, _, spec = variant.partition('=')
         source, *flags = spec.split(',')
         variants[f'mujoco {label}'] = (os.path.abspath(source) if source else '', flags)
-    kinds = ['do-nothing', 'mujoco', *variants, 'quad']
+    kinds = ['do-nothing', 'mujoco', *variants, *(['flat mujoco'] if args.flat else []), 'quad']
     if args.fleet:
         kinds = ['do-nothing'] + [f'mujoco x{n}' for n in args.fleet.split(',')]
     rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
@@ -216,7 +277,7 @@ def main() -> None:
         print(f'  {kind:14s} {statistics.median(rates[kind]):6.2f} x real time '
               f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
     for kind in kinds[1:]:
-        if kind.startswith('mujoco x') or kind in variants:
+        if kind.startswith('mujoco x') or kind in variants or kind == 'flat mujoco':
             fleet = [m / d for m, d in zip(rates[kind], rates['do-nothing']) if d > 0]
             print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
                   f'{", ".join(f"{r:.2f}" for r in fleet)})')
