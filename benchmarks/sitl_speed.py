@@ -1,7 +1,8 @@
 """
 How fast real ArduCopter runs in lock-step with each backend, side by side in one run.
 
-    python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3] [--variant LABEL=DIR[,FLAG...]]
+    python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3] [--flat]
+                                    [--variant LABEL=DIR[,FLAG...]]
 
 Needs ARDUPILOT_SITL_DIR (a folder with a prebuilt arducopter and its copter.parm) and
 pymavlink. Each backend flies the same SITL at --speedup 100 for --seconds of wall time, in
@@ -10,7 +11,9 @@ per wall second:
 1. do-nothing: a Python JSON backend answering every frame with a pre-formatted reply of a
    vehicle at rest (only the timestamp changes): the ceiling of any Python lock-step backend;
 2. mujoco: `ardupilot-json-bridge mujoco`, the built-in engine, with its live checks;
-3. quad: SITL's built-in `--model quad`, no backend at all.
+3. quad: SITL's built-in `--model quad`, no backend at all;
+4. with --flat, flat mujoco: the quad X flown by this file's own minimal Python backend (no
+   checks, histories or session rules), the floor of a Python MuJoCo lock-step frame.
 The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >= 0.8.
 Each --variant adds `mujoco LABEL` to the rounds: the package imported from DIR (a checkout,
 e.g. `git archive main | tar -x -C /tmp/main`) with the mujoco command's FLAGs, so a change
