@@ -1,6 +1,7 @@
 """ENU/FLU to NED/FRD, checked by named cases and against scipy as an independent library."""
 
 import math
+import re
 
 from hypothesis import given, settings, strategies as st
 import numpy as np
@@ -102,6 +103,12 @@ def test_output_is_unit_and_w_first_non_negative(x, y, z, w):
 def test_zero_quaternion_is_refused():
     with pytest.raises(ValueError, match='not a rotation'):
         ros_to_ned_frd(0.0, 0.0, 0.0, 0.0)
+
+
+def test_a_refused_quaternion_is_named_as_received():
+    # The message names the ROS x, y, z, w sent, not the NED/FRD product it would become.
+    with pytest.raises(ValueError, match=re.escape('x, y, z, w (1e-10, 0.0, 0.0, 0.0)')):
+        ros_to_ned_frd(1e-10, 0.0, 0.0, 0.0)
 
 
 @settings(max_examples=100, deadline=None)

@@ -517,8 +517,10 @@ def test_an_engine_frame_is_answered_from_its_instant_then_pushed(make_link, mak
     push, pushed = link.state.push_instant, []
 
     def push_instant(instant, served=False):
-        pushed.append((link.stats.replied, served))
-        return push(instant, served)
+        replied = link.stats.replied
+        sequence = push(instant, served)
+        pushed.append((replied, served))
+        return sequence
 
     link.state.push_instant = push_instant
     peer = make_peer(link.address[1])
@@ -561,3 +563,14 @@ def test_an_engine_frame_on_the_grid_is_left_to_the_state(make_link, make_peer):
     reply = peer.step()
     assert reply['timestamp'] == 0.0 and reply['position'] == (1.0, 2.0, -3.0)
     assert link.state.newest_primary() == 5.0
+
+
+def test_what_a_source_returns_from_on_frame_other_than_an_instant_is_not_answered(
+        make_link, make_peer):
+    # The FDMData source returns the controls it sent: the frame is answered from the state.
+    link = make_link(on_frame=lambda packet: (0.5, 0.5, 0.0, 0.0), fresh_timeout=0.5)
+    peer = make_peer(link.address[1])
+    feed(link, 7.0)
+    reply = peer.step()
+    assert reply['timestamp'] == 0.0 and reply['position'] == (1.0, 2.0, -3.0)
+    assert wait_for(lambda: link.stats.replied == 1)

@@ -63,7 +63,12 @@ def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> Quaternion:
     # Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out (with the sign of w flipped, as
     # canonical would): one conversion per lock-step frame, so written without the zeros.
     h = _HALF_SQRT2
-    return canonical((h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z))
+    try:
+        return canonical((h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z))
+    except ValueError:
+        # Name the orientation as received (the product has the same norm).
+        raise ValueError(f'not a rotation: quaternion x, y, z, w {(x, y, z, w)} has norm '
+                         f'{math.hypot(x, y, z, w)}') from None
 
 
 def quaternion_matrices(q: np.ndarray) -> np.ndarray:

@@ -25,8 +25,9 @@ from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, MAX_STEP, S
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
-# A lock-step engine's on_frame may return the instant it stepped to, to be answered at once.
-FrameCallback = Callable[[ServoPacket], Optional[Instant]]
+# A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once;
+# anything else it returns (a source's controls) is not the link's.
+FrameCallback = Callable[[ServoPacket], object]
 RestartCallback = Callable[[], None]
 
 
@@ -208,12 +209,12 @@ class SitlLink:
         if verdict.kind is FrameKind.RETRY:
             # A lock-step engine steps the frame it failed again.
             instant = self._publish(packet) if self._failed_frame == packet.frame_count else None
-            if instant is None or not self._answer(packet, received, instant):
+            if not isinstance(instant, Instant) or not self._answer(packet, received, instant):
                 self._reply(packet, received)
             return
         stats.new_frames += 1
         instant = self._publish(packet)
-        if instant is None or not self._answer(packet, received, instant):
+        if not isinstance(instant, Instant) or not self._answer(packet, received, instant):
             self._reply(packet, received)
         if self.after_reply is not None:
             try:
@@ -260,7 +261,7 @@ class SitlLink:
         self._peer_heard = now
         return True
 
-    def _publish(self, packet: ServoPacket) -> Optional[Instant]:
+    def _publish(self, packet: ServoPacket) -> object:
         if self.on_frame is None:
             return None
         self._failed_frame = None

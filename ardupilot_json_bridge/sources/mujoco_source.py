@@ -159,15 +159,14 @@ class MujocoLockStep:
             self.world.step(self.vehicle.index, duration)
         reading = self.vehicle.state()
         self._pending = (reading, packet.pwm, commands)
-        if not self.reply_first:
-            self._check(reading, packet.pwm)
+        self._check(reading, packet.pwm)
         return reading
 
     def after_reply(self) -> None:
         """
         Record the frame answered (lock-step), step it (reply-first), sync the viewer.
 
-        Reply-first records (and checks) in on_frame the reading each frame is answered with.
+        Reply-first records in on_frame the reading each frame is answered with.
 
         The link calls this after sending (SitlLink after_reply) so SITL computes its next
         frame meanwhile; without that wiring the next frame or close() does it first.
@@ -193,13 +192,11 @@ class MujocoLockStep:
                                    reading.body_velocity, pwm)
 
     def _hand_on(self) -> None:
-        """Hand the reading pushed last to the recording with its PWM (reply-first: checks)."""
+        """Hand the reading pushed last to the recording with the PWM that produced it."""
         if self._pending is None:
             return
         reading, pwm, commands = self._pending
         self._pending = None
-        if self.reply_first:
-            self._check(reading, pwm)
         if self.recorder is not None:
             self.recorder.add(reading, pwm, commands, self.vehicle.index)
 
@@ -216,6 +213,7 @@ class MujocoLockStep:
         reading = self.vehicle.state()
         self.state.push_instant(frame_instant(reading))
         self._pending = (reading, pwm, commands)
+        self._check(reading, pwm)
         return reading
 
     def on_restart(self) -> None:

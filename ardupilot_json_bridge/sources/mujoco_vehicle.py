@@ -233,9 +233,7 @@ class MujocoVehicle:
         self.steps = 0
         # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
         self.splits = int(model.opt.integrator) != int(mujoco.mjtIntegrator.mjINT_RK4)
-        # The step length advance_together last set the model to (the first of a fleet), and
-        # the step the rotors' lag per step (blend) was worked out for.
-        self.timestep: Optional[float] = None
+        # The step the rotors' lag per step (blend) was worked out for.
         self._blend_step: Optional[float] = None
         self._blend = 0.0
         # True while data holds mj_step1's results (mj_forward ran) at the current state.
@@ -392,8 +390,7 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     mujoco, model, data = first._mujoco, first.model, first.data
     count = max(1, round(duration / first.nominal_step))
     step = duration / count
-    if step != first.timestep:
-        model.opt.timestep = first.timestep = step
+    model.opt.timestep = step  # every time: a viewer's physics panel may have changed it
     split = first.forwarded and first.splits
     for vehicle in vehicles:
         vehicle._prepare(step)
