@@ -208,14 +208,11 @@ class SitlLink:
                                           f'{packet.frame_count}')
         if verdict.kind is FrameKind.RETRY:
             # A lock-step engine steps the frame it failed again.
-            instant = self._publish(packet) if self._failed_frame == packet.frame_count else None
-            if not isinstance(instant, Instant) or not self._answer(packet, received, instant):
-                self._reply(packet, received)
+            self._serve(packet, received, self._publish(packet)
+                        if self._failed_frame == packet.frame_count else None)
             return
         stats.new_frames += 1
-        instant = self._publish(packet)
-        if not isinstance(instant, Instant) or not self._answer(packet, received, instant):
-            self._reply(packet, received)
+        self._serve(packet, received, self._publish(packet))
         if self.after_reply is not None:
             try:
                 self.after_reply()
@@ -273,6 +270,11 @@ class SitlLink:
                                             f'handing its PWM on failed: {error!r}')
             return None
 
+    def _serve(self, packet: ServoPacket, received: float, published: object) -> None:
+        """Answer from the Instant a lock-step engine's on_frame gave, or else from the state."""
+        if not isinstance(published, Instant) or not self._answer(packet, received, published):
+            self._reply(packet, received)
+
     def _answer(self, packet: ServoPacket, received: float, instant: Instant) -> bool:
         """
         Answer a lock-step engine's frame from the instant it stepped to, then push it.
@@ -282,22 +284,18 @@ class SitlLink:
         Returns False, with the instant pushed, where the state must decide (grid pacing, a
         stamp not after the last served, values that cannot be sent): _reply answers then.
         """
-        state, session, settings = self.state, self.session, self.settings
+        state, session = self.state, self.session
         last = session.last_stamp
         if state.grid or (last is not None and instant.stamp <= last):
             state.push_instant(instant)
             return False
         timestamp = session.timestamp_for(instant.stamp)
         try:
-            data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
-                                                     settings.no_lockstep))
+            data = self._encode(instant, timestamp)
         except ReplyError:
             state.push_instant(instant)
             return False
         self._send(data, received)
-        if dropped:
-            self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
-                                             f'not finite: {", ".join(dropped)}')
         sequence = state.push_instant(instant, served=True)
         session.record_reply(packet.frame_count, data, sequence, instant.stamp, timestamp)
         return True
@@ -315,14 +313,10 @@ class SitlLink:
             return
         instant, timestamp = result
         try:
-            data, dropped = encode_reply(build_reply(
-                instant, timestamp, self.settings.no_time_sync, self.settings.no_lockstep))
+            data = self._encode(instant, timestamp)
         except ReplyError as error:
             self._unanswered(packet, str(error), 'reply_error')
             return
-        if dropped:
-            self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
-                                             f'not finite: {", ".join(dropped)}')
         self._send(data, received)
         session = self.session
         if session.grid is not None:
@@ -330,6 +324,16 @@ class SitlLink:
         session.record_reply(packet.frame_count, data, instant.sequence, instant.stamp,
                              timestamp)
         self.state.mark_served(instant.sequence)
+
+    def _encode(self, instant: Instant, timestamp: float) -> bytes:
+        """Encode the reply for instant, warning of optional values left out; ReplyError."""
+        settings = self.settings
+        data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
+                                                 settings.no_lockstep))
+        if dropped:
+            self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
+                                             f'not finite: {", ".join(dropped)}')
+        return data
 
     def _grid_instant(self, packet: ServoPacket,
                       timeout: float) -> Union[Tuple[Instant, float], Unavailable]:

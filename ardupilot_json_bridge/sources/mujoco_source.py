@@ -157,10 +157,7 @@ class MujocoLockStep:
             self.vehicle.advance(duration)
         else:
             self.world.step(self.vehicle.index, duration)
-        reading = self.vehicle.state()
-        self._pending = (reading, packet.pwm, commands)
-        self._check(reading, packet.pwm)
-        return reading
+        return self._read(packet.pwm, commands)
 
     def after_reply(self) -> None:
         """
@@ -208,12 +205,17 @@ class MujocoLockStep:
                 self._viewer_synced = now
                 self._viewer.sync()
 
-    def push(self, pwm: Tuple[int, ...], commands: List[float]) -> VehicleState:
-        """Push what the sensors read now to the state, keep it with pwm; return the reading."""
+    def _read(self, pwm: Tuple[int, ...], commands: List[float]) -> VehicleState:
+        """Read the sensors now, hand the reading to the checks and keep it for the recording."""
         reading = self.vehicle.state()
-        self.state.push_instant(frame_instant(reading))
         self._pending = (reading, pwm, commands)
         self._check(reading, pwm)
+        return reading
+
+    def push(self, pwm: Tuple[int, ...], commands: List[float]) -> VehicleState:
+        """Push what the sensors read now to the state, keep it with pwm; return the reading."""
+        reading = self._read(pwm, commands)
+        self.state.push_instant(frame_instant(reading))
         return reading
 
     def on_restart(self) -> None:

@@ -229,10 +229,9 @@ class MujocoVehicle:
         self.aero = self._force_model()
         self.commands = [0.0] * self.actuator_count
         self.speeds = [0.0] * self.actuator_count
-        self.all_rotors = self.rotor_count == self.actuator_count
         self.steps = 0
-        # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
-        self.splits = int(model.opt.integrator) != int(mujoco.mjtIntegrator.mjINT_RK4)
+        # MuJoCo's RK4 as the int model.opt.integrator reads (an enum compares slower).
+        self.rk4 = int(mujoco.mjtIntegrator.mjINT_RK4)
         # The step the rotors' lag per step (blend) was worked out for.
         self._blend_step: Optional[float] = None
         self._blend = 0.0
@@ -337,17 +336,11 @@ class MujocoVehicle:
         if self.aero is not None:
             self.aero.apply(data.qpos[self._qpos:], data.qvel[self._qvel:],
                             data.xfrc_applied, self.wind.step(step))
-        if self.all_rotors:
-            blend, thrust = self._blend, self.thrust_coefficient
-            speeds = [speed + blend * (command - speed)
-                      for speed, command in zip(self.speeds, self.commands)]
+        if self.rotor_count:
+            rotors, commands, blend = self.rotors, self.commands, self._blend
+            speeds = [speed + blend * (command - speed) if rotor else speed
+                      for rotor, speed, command in zip(rotors, self.speeds, commands)]
             self.speeds[:] = speeds
-            data.ctrl[self._ctrl] = [thrust * speed * speed for speed in speeds]
-        elif self.rotor_count:
-            rotors, commands, speeds, blend = self.rotors, self.commands, self.speeds, self._blend
-            for index, rotor in enumerate(rotors):
-                if rotor:
-                    speeds[index] += blend * (commands[index] - speeds[index])
             thrust = self.thrust_coefficient
             data.ctrl[self._ctrl] = [thrust * speed * speed if rotor else command
                                      for rotor, speed, command in zip(rotors, speeds, commands)]
@@ -390,8 +383,10 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     mujoco, model, data = first._mujoco, first.model, first.data
     count = max(1, round(duration / first.nominal_step))
     step = duration / count
-    model.opt.timestep = step  # every time: a viewer's physics panel may have changed it
-    split = first.forwarded and first.splits
+    # Read every time, as the step is set: a viewer's physics panel may change either.
+    model.opt.timestep = step
+    # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
+    split = first.forwarded and model.opt.integrator != first.rk4
     for vehicle in vehicles:
         vehicle._prepare(step)
     for index in range(count):
