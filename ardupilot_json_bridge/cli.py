@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "frame before's PWM, then step this frame's PWM while SITL "
                              'computes its next frame: faster, but each PWM acts one frame '
                              '(1/SIM_RATE_HZ) later than in lock-step (one vehicle only)')
+    engine.add_argument('--no-step-ahead', action='store_true',
+                        help='step each frame only once its packet is in; by default the '
+                             'next frame is stepped after each reply, as if its PWM repeats '
+                             '(most do: SITL sends 3 frames per 400 Hz loop), and answered at '
+                             'once if it does: the same replies, sooner')
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
@@ -341,7 +346,8 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
             sources.append(source)
             links.append(SitlLink(settings, state, on_frame=source.on_frame,
                                   on_restart=source.on_restart,
-                                  after_reply=source.after_reply))
+                                  after_reply=source.after_reply,
+                                  step_ahead=None if args.no_step_ahead else source.step_ahead))
             checks.append(conventions)
             root.info(f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in '
                       f'lock-step{" (reply-first)" if args.reply_first else ""} with SITL '

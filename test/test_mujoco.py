@@ -18,6 +18,7 @@ pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujo
 from ardupilot_json_bridge.checks.conventions import ConventionChecker  # noqa: E402
 from ardupilot_json_bridge.checks.verdicts import format_table, OK, WRONG  # noqa: E402
 from ardupilot_json_bridge.cli import default_preset, load_config, main  # noqa: E402
+from ardupilot_json_bridge.core.protocol import encode_servo_packet  # noqa: E402
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
@@ -221,6 +222,98 @@ def test_a_frame_answered_from_its_instant_is_the_reply_the_state_builds(vehicle
     assert replies[True] == replies[False]
     if vehicle == 'plane':
         assert b'"airspeed":' in replies[True][-1] and b'"velocity_wind":' in replies[True][-1]
+
+
+def held_pwm_frames(channels: int) -> list:
+    """
+    Return (frame_count, pwm, frame rate) of SITL packets as a flight sends them, and worse.
+
+    PWM held for 3 frames (ArduCopter's 400 Hz loop at 1200 frames/s), with a frame sent
+    twice, a frame lost, a stretch at another rate and a restart; written apart from the code.
+    """
+    frames = []
+    for k in range(260):
+        held = k // 3
+        pwm = [1600 + int(150 * math.sin(held / 9.0 + i)) for i in range(channels)]
+        frames.append((k, pwm + [1000] * (16 - channels), 1000 if 151 <= k < 181 else 1200))
+    frames.insert(101, frames[100])          # SITL sends frame 100 again
+    del frames[121]                          # frame 120 never arrives
+    return frames[:200] + [(k, p, r) for k, (_, p, r) in enumerate(frames[200:])]  # restart
+
+
+@pytest.mark.parametrize('vehicle', ['quad_x', 'plane'])
+def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
+    # The same packets to the engine stepping each frame once its packet is in, and to one
+    # stepping ahead after each reply (the mujoco command's default): the same bytes, frame
+    # for frame, through repeated and changing PWM, a resent frame, a lost one, a change of
+    # frame rate and a SITL restart; the plane in gusts (a guess undone must undo them too).
+    path, shipped = shipped_model(vehicle)
+    config = load_config(default_preset(shipped.preset), '', {})
+    frames = held_pwm_frames(4 if vehicle == 'quad_x' else 5)
+    replies, sources = {}, {}
+    for ahead in (False, True):
+        model = MujocoVehicle(path)
+        if model.aero is not None:
+            in_flight(model)
+            model.wind = Wind((3.0, -2.0, 0.0), gust=1.5)
+        state = SensorState(StateSettings(pacing=SAMPLES))
+        source = sources[ahead] = MujocoLockStep(model, state, config.outputs)
+        link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                        on_frame=source.on_frame, on_restart=source.on_restart,
+                        after_reply=source.after_reply,
+                        step_ahead=source.step_ahead if ahead else None)
+        link.start()
+        peer = SitlPeer(link.address[1])
+        try:
+            replies[ahead] = []
+            for frame_count, pwm, rate in frames:
+                peer.send_raw(encode_servo_packet(frame_count, pwm, rate))
+                replies[ahead].append(peer.receive())
+        finally:
+            peer.close()
+            link.stop()
+            source.close()
+    assert None not in replies[True]
+    assert replies[True] == replies[False]
+    assert sources[False].kept_ahead == sources[False].went_back == 0
+    # Both ways were taken: most guesses kept, the PWM's changes gone back from.
+    kept, back = sources[True].kept_ahead, sources[True].went_back
+    assert kept > back > 60, (kept, back)
+    if vehicle == 'plane':
+        winds = {re.search(rb'"velocity_wind":\[[^]]*\]', r).group() for r in replies[True]}
+        assert len(winds) > 200  # the gusts changed every frame
+
+
+@pytest.mark.parametrize('name', ['quad_x', 'plane'])
+def test_a_step_ahead_undone_leaves_the_world_as_it_was_bit_for_bit(name):
+    # Independent truth: a second vehicle stepping the same commands without guessing.
+    path = shipped_model(name)[0]
+    guessing, plain = MujocoVehicle(path), MujocoVehicle(path)
+    count = guessing.actuator_count
+    for vehicle in (guessing, plain):
+        if vehicle.aero is not None:
+            in_flight(vehicle)
+            vehicle.wind = Wind((3.0, -2.0, 0.0), gust=1.5)
+        vehicle.set_commands([HOVER_SPEED * 1.2] * count)
+        vehicle.advance(0.2)
+    for k in range(30):
+        commands = [HOVER_SPEED * (1.0 + 0.05 * math.sin(k + i)) for i in range(count)]
+        guessing.step_ahead(1 / 1200)
+        if k % 2:
+            guessing.go_back()
+            assert guessing.state() == plain.state(), k
+            guessing.set_commands(commands)
+            plain.set_commands(commands)
+            guessing.advance(1 / 1200)
+        else:
+            guessing.keep_ahead()
+        plain.advance(1 / 1200)
+        for field in ('time', 'qpos', 'qvel', 'qacc', 'qacc_warmstart', 'ctrl', 'xfrc_applied',
+                      'sensordata'):
+            assert np.array_equal(getattr(guessing.data, field), getattr(plain.data, field)), \
+                (k, field)
+        assert guessing.speeds == plain.speeds and guessing.steps == plain.steps
+        assert guessing.state() == plain.state(), k
 
 
 @pytest.mark.parametrize('failing, unanswered', [({5}, 0), ({5, 6}, 1)],

@@ -85,12 +85,16 @@ class SitlLink:
                  clock: Callable[[], float] = time.monotonic,
                  on_restart: Optional[RestartCallback] = None,
                  sock: Optional[socket.socket] = None,
-                 after_reply: Optional[RestartCallback] = None) -> None:
+                 after_reply: Optional[RestartCallback] = None,
+                 step_ahead: Optional[FrameCallback] = None) -> None:
         """
         Bind the settings' port, or serve on sock, bound already by the caller.
 
         after_reply runs after each new frame's reply is sent: a lock-step source's
-        bookkeeping (checks, recording) while SITL computes its next frame.
+        bookkeeping (checks, recording) while SITL computes its next frame. step_ahead runs
+        after that, for a frame answered from the Instant on_frame gave: a lock-step engine
+        may step the next frame on a guess and return its Instant, whose reply is encoded
+        then, and sent at once if on_frame returns that very Instant for the next frame.
         """
         self.settings = settings
         self.state = state
@@ -99,6 +103,9 @@ class SitlLink:
         self._failed_frame: Optional[int] = None
         self.on_restart = on_restart
         self.after_reply = after_reply
+        self.step_ahead = step_ahead
+        # The Instant step_ahead returned, its timestamp and its reply, encoded ahead.
+        self._ahead: Optional[Tuple[Instant, float, bytes]] = None
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
         self.warnings = RateLimitedLog(self.logger)
         self.stats = LinkStats()
@@ -212,16 +219,19 @@ class SitlLink:
                         if self._failed_frame == packet.frame_count else None)
             return
         stats.new_frames += 1
-        self._serve(packet, received, self._publish(packet))
+        answered = self._serve(packet, received, self._publish(packet))
         if self.after_reply is not None:
             try:
                 self.after_reply()
             except Exception as error:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
+        if answered and self.step_ahead is not None:
+            self._step_ahead(packet)
 
     def _new_session(self) -> None:
         self.session.reset()
+        self._ahead = None
         if self.on_restart is not None:
             try:
                 self.on_restart()
@@ -270,10 +280,38 @@ class SitlLink:
                                             f'handing its PWM on failed: {error!r}')
             return None
 
-    def _serve(self, packet: ServoPacket, received: float, published: object) -> None:
-        """Answer from the Instant a lock-step engine's on_frame gave, or else from the state."""
-        if not isinstance(published, Instant) or not self._answer(packet, received, published):
-            self._reply(packet, received)
+    def _serve(self, packet: ServoPacket, received: float, published: object) -> bool:
+        """
+        Answer from the Instant a lock-step engine's on_frame gave, or else from the state.
+
+        Returns whether the frame was answered from the engine's Instant.
+        """
+        if isinstance(published, Instant) and self._answer(packet, received, published):
+            return True
+        self._reply(packet, received)
+        return False
+
+    def _step_ahead(self, packet: ServoPacket) -> None:
+        """Have the engine step the frame after packet on a guess; encode its reply now."""
+        try:
+            instant = self.step_ahead(packet)
+        except Exception as error:
+            self.warnings.error('step_ahead', f'{self._prefix}stepping ahead after frame '
+                                              f'{packet.frame_count} failed: {error!r}')
+            return
+        session = self.session
+        if not isinstance(instant, Instant) or instant.stamp <= session.last_stamp:
+            return
+        timestamp = session.timestamp_for(instant.stamp)
+        settings = self.settings
+        try:
+            data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
+                                                     settings.no_lockstep))
+        except ReplyError:
+            return
+        # A reply leaving values out is encoded when it is sent, which warns of them.
+        if not dropped:
+            self._ahead = (instant, timestamp, data)
 
     def _answer(self, packet: ServoPacket, received: float, instant: Instant) -> bool:
         """
@@ -285,16 +323,20 @@ class SitlLink:
         stamp not after the last served, values that cannot be sent): _reply answers then.
         """
         state, session = self.state, self.session
+        ahead, self._ahead = self._ahead, None
         last = session.last_stamp
         if state.grid or (last is not None and instant.stamp <= last):
             state.push_instant(instant)
             return False
         timestamp = session.timestamp_for(instant.stamp)
-        try:
-            data = self._encode(instant, timestamp)
-        except ReplyError:
-            state.push_instant(instant)
-            return False
+        if ahead is not None and ahead[0] is instant and ahead[1] == timestamp:
+            data = ahead[2]
+        else:
+            try:
+                data = self._encode(instant, timestamp)
+            except ReplyError:
+                state.push_instant(instant)
+                return False
         self._send(data, received)
         sequence = state.push_instant(instant, served=True)
         session.record_reply(packet.frame_count, data, sequence, instant.stamp, timestamp)

@@ -5,6 +5,13 @@ The link calls on_frame for every new SITL frame (never for a duplicate, which i
 again from the last reply), then serves the sample this pushed: SITL's clock is the model's.
 Nothing runs while SITL is silent, and SITL's --speedup runs the model that much faster.
 
+Stepping ahead (step_ahead, wired as SitlLink's step_ahead): after each reply the engine steps
+the next frame at once as if it brings the same PWM, while SITL computes it. ArduCopter's
+outputs change at its 400 Hz loop and SITL sends 1200 frames/s, so most frames repeat the one
+before: such a frame is answered from the step already made, the reply the link encoded with
+it; a frame whose PWM or rate differs goes back (bit for bit) and steps its own PWM. Either
+way every reply is the one lock-step without it sends.
+
 Reply-first (`mujoco --reply-first`): frame N is answered at once with the state stepped by
 frame N - 1's PWM, and frame N's PWM is stepped after the reply (after_reply), while SITL
 computes frame N + 1. Each PWM then acts one frame (1 / SIM_RATE_HZ) later than in lock-step,
@@ -13,7 +20,7 @@ and the physics overlaps SITL's own work instead of adding to it.
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.frames import ros_to_ned_frd
@@ -54,6 +61,16 @@ def frame_instant(state: VehicleState) -> Instant:
                    velocity=_ned(state.velocity), quaternion=ros_to_ned_frd(*state.orientation),
                    ranges=(), wind=None if airspeed is None else _ned(state.wind),
                    airspeed=airspeed, battery=None, rc=None)
+
+
+class SteppedAhead(NamedTuple):
+    """A frame stepped on a guess: the PWM and frame rate it assumed, and what it read."""
+
+    pwm: Tuple[int, ...]
+    frame_rate: int
+    commands: List[float]
+    reading: VehicleState
+    instant: Instant
 
 
 def outputs_description(vehicle: MujocoVehicle, groups: Sequence[OutputGroup]) -> str:
@@ -104,6 +121,12 @@ class MujocoLockStep:
         self.mapper = ActuatorMapper(self.groups)
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
         self.frames = 0
+        # Stepping ahead: the frame last stepped (its packet and commands), the guess at the
+        # next, and how many guesses were kept and how many went back.
+        self._stepped: Optional[Tuple[ServoPacket, List[float]]] = None
+        self._ahead: Optional[SteppedAhead] = None
+        self.kept_ahead = 0
+        self.went_back = 0
         self._pending: Optional[Tuple[VehicleState, Tuple[int, ...], List[float]]] = None
         self._viewer = None
         self._viewer_synced = 0.0
@@ -130,9 +153,47 @@ class MujocoLockStep:
             self._to_step = packet
             self.frames += 1
             return None
+        ahead = self._ahead
+        if ahead is not None:
+            self._ahead = None
+            if packet.pwm == ahead.pwm and packet.frame_rate == ahead.frame_rate:
+                self.vehicle.keep_ahead()
+                self.kept_ahead += 1
+                self._stepped = (packet, ahead.commands)
+                self._pending = (ahead.reading, packet.pwm, ahead.commands)
+                self._check(ahead.reading, packet.pwm)
+                self.frames += 1
+                return ahead.instant
+            self.vehicle.go_back()
+            self.went_back += 1
         instant = frame_instant(self._step(packet))
         self.frames += 1
         return instant
+
+    def step_ahead(self, packet: ServoPacket) -> Optional[Instant]:
+        """
+        Step the frame after packet's now, as if it brings the same PWM; return its instant.
+
+        For after packet's reply (see the module's note); on_frame keeps the step if the
+        frame does bring the same PWM and rate, or goes back. None (nothing stepped) unless
+        packet was the frame last stepped in lock-step, by a vehicle alone with no viewer.
+        """
+        stepped = self._stepped
+        if (stepped is None or stepped[0] is not packet or self._ahead is not None
+                or self.reply_first or self.world is not None or self._viewer is not None):
+            return None
+        self.vehicle.step_ahead(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        reading = self.vehicle.state()
+        instant = frame_instant(reading)
+        self._ahead = SteppedAhead(packet.pwm, packet.frame_rate, stepped[1], reading, instant)
+        return instant
+
+    def _go_back(self) -> None:
+        """Forget the step ahead, the vehicle back where it was before it."""
+        self._stepped = None
+        if self._ahead is not None:
+            self._ahead = None
+            self.vehicle.go_back()
 
     def _prime(self, packet: ServoPacket) -> None:
         """
@@ -150,6 +211,7 @@ class MujocoLockStep:
 
     def _step(self, packet: ServoPacket) -> VehicleState:
         """Apply packet's PWM, step one frame period; return (and keep) what the sensors read."""
+        self._stepped = None
         commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
         duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
@@ -157,6 +219,7 @@ class MujocoLockStep:
             self.vehicle.advance(duration)
         else:
             self.world.step(self.vehicle.index, duration)
+        self._stepped = (packet, commands)
         return self._read(packet.pwm, commands)
 
     def after_reply(self) -> None:
@@ -222,6 +285,7 @@ class MujocoLockStep:
         """SITL started again: the vehicle back at its start, at rest."""
         self._to_step = None  # the last session's PWM moves nothing any more
         self._primed = False
+        self._go_back()
         self.after_reply()
         if self.world is None:
             self.vehicle.reset()
@@ -238,7 +302,13 @@ class MujocoLockStep:
 
     def close(self) -> None:
         """Close the viewer and finish the recording (a fleet's shared one: its maker does)."""
+        self._go_back()
         self.after_reply()
+        guesses = self.kept_ahead + self.went_back
+        if guesses:
+            self.logger.info(f'stepped ahead {guesses} times: {self.kept_ahead} frames '
+                             f'({self.kept_ahead / guesses:.0%}) brought the PWM guessed and '
+                             'were answered at once')
         if self._viewer is not None:
             self._viewer.close()
         if self.recorder is not None and self.world is None:

@@ -237,6 +237,10 @@ class MujocoVehicle:
         self._blend = 0.0
         # True while data holds mj_step1's results (mj_forward ran) at the current state.
         self.forwarded = False
+        # Stepping ahead (a vehicle alone): what a step on a guess left behind, and the data
+        # the next guess steps (swapped with data, not copied, when a guess is kept).
+        self._behind: Optional[Tuple] = None
+        self._spare = None
         if world is None:
             self.reset()
 
@@ -303,6 +307,47 @@ class MujocoVehicle:
         self.speeds[:] = [0.0] * self.actuator_count
         self._mujoco.mj_forward(model, data)
         self.forwarded = True
+
+    def step_ahead(self, duration: float) -> None:
+        """
+        Step duration ahead on a guess, keeping what it leaves behind to go back to.
+
+        The world steps on a copy of its data, which then stands in for it: keep_ahead makes
+        the guess the world, go_back returns to the world before it, bit for bit. A vehicle
+        alone (a fleet's world is every vehicle's), one guess at a time.
+        """
+        if self.fleet_size != 1 or self._behind is not None:
+            raise VehicleError('stepping ahead needs a vehicle alone, not stepped ahead already')
+        mujoco, model = self._mujoco, self.model
+        spare = self._spare if self._spare is not None else mujoco.MjData(model)
+        mujoco.mj_copyData(spare, model, self.data)
+        self._behind = (self.data, tuple(self.speeds), self.steps, self.forwarded,
+                        self.wind.snapshot(), None if self.aero is None else self.aero.airspeed)
+        self.data = spare
+        try:
+            self.advance(duration)
+        except BaseException:
+            self.go_back()
+            raise
+
+    def keep_ahead(self) -> None:
+        """Make the step ahead the world: the data it left behind steps the next guess."""
+        if self._behind is not None:
+            self._spare = self._behind[0]
+            self._behind = None
+
+    def go_back(self) -> None:
+        """Return to the world as it was before the step ahead (none: nothing to do)."""
+        behind = self._behind
+        if behind is None:
+            return
+        self._behind = None
+        self._spare = self.data
+        self.data, speeds, self.steps, self.forwarded, wind, airspeed = behind
+        self.speeds[:] = speeds
+        self.wind.restore(wind)
+        if self.aero is not None:
+            self.aero.airspeed = airspeed
 
     def set_commands(self, values: Sequence[float]) -> None:
         """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""

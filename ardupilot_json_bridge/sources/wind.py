@@ -6,7 +6,7 @@ correlation time time_constant, s), seeded, so a run can be repeated. World ENU,
 """
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -34,6 +34,16 @@ class Wind:
     def calm(self) -> bool:
         """Whether there is no wind at all."""
         return not self.gust and not np.any(self.steady)
+
+    def snapshot(self) -> Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]:
+        """Return the gusts as they are (to restore): step replaces the arrays, never edits."""
+        return self.gusts, self.now, self._random.bit_generator.state if self.gust else None
+
+    def restore(self, snapshot: Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]) -> None:
+        """Return the gusts to a snapshot: the same wind follows as after it."""
+        self.gusts, self.now, random = snapshot
+        if random is not None:
+            self._random.bit_generator.state = random
 
     def step(self, dt: float) -> np.ndarray:
         """Advance the gusts by dt seconds; return the wind (ENU, m/s) for that step."""
