@@ -28,9 +28,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from proc_stats import cpu_seconds
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'test'))
+
+from proc_stats import cpu_seconds  # noqa: E402
+import sitl_flight  # noqa: E402
 
 SPEEDUP = 100
 # SITL's JSON frames per second of its own clock (the default SIM_RATE_HZ of ArduCopter).
@@ -142,17 +145,35 @@ while True:
 
 
 def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
-                   flags: Sequence[str] = ()) -> subprocess.Popen:
-    """Start `mujoco`, importing the package from source (a checkout) when given."""
+                   flags: Sequence[str] = (), log: Optional[str] = None) -> subprocess.Popen:
+    """
+    Start `mujoco`, importing the package from source (a checkout) when given.
+
+    With log, its info lines go to that file (how many steps ahead were kept, at its end).
+    """
     environment = dict(os.environ)
     if source:
         environment['PYTHONPATH'] = os.pathsep.join(
             [source] + [p for p in environment.get('PYTHONPATH', '').split(os.pathsep) if p])
     # python -m puts its working folder first on the path: the source's, or the checkout
     # the benchmark runs from would shadow it.
-    return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
-                             '--log-level', 'warning', '--vehicles', str(vehicles), *flags],
-                            stdout=subprocess.DEVNULL, env=environment, cwd=source or None)
+    stream = open(log, 'w') if log else None
+    try:
+        return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', 'mujoco',
+                                 '--log-level', 'info' if log else 'warning',
+                                 '--vehicles', str(vehicles), *flags],
+                                stdout=subprocess.DEVNULL, stderr=stream, env=environment,
+                                cwd=source or None)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def stepped_ahead(log: str) -> Optional[str]:
+    """Return the mujoco command's closing line on its steps ahead, if its log has one."""
+    with open(log, errors='replace') as stream:
+        lines = [line for line in stream if 'stepped ahead' in line]
+    return lines[-1].strip().split('] ')[-1] if lines else None
 
 
 def per_frame(cpu: Optional[float], frames: int) -> str:
@@ -160,14 +181,32 @@ def per_frame(cpu: Optional[float], frames: int) -> str:
     return 'n/a (the process died)' if cpu is None else f'{cpu / frames * 1e6:.1f} us'
 
 
-def sim_rate(seconds: float,
-             pids: Sequence[int] = ()) -> Tuple[float, List[Optional[float]]]:
+def clock_rate(boot_ms: Callable[[float], Optional[int]], seconds: float,
+               pids: Sequence[int]) -> Tuple[float, List[Optional[float]]]:
     """
     Return SITL's clock per wall second, and each pid's CPU seconds per SITL second.
 
-    Both over seconds of wall time after a warm-up; SITL's clock is read from SYSTEM_TIME.
-    A process gone before the end has no CPU figure (None).
+    Both over seconds of wall time after a warm-up; boot_ms(until) reads SITL's newest boot
+    time (ms) until the wall clock's until. A process gone before the end has no CPU figure.
     """
+    boot_ms(time.monotonic() + WARMUP)
+    start_wall = time.monotonic()
+    start_ms = boot_ms(start_wall + 0.5)
+    start_cpu = [cpu_seconds(pid) for pid in pids]
+    end_ms = boot_ms(start_wall + seconds)
+    end_cpu = [cpu_seconds(pid) for pid in pids]
+    wall = time.monotonic() - start_wall
+    if start_ms is None or end_ms is None or end_ms <= start_ms:
+        return 0.0, [0.0 for _ in pids]
+    simulated = (end_ms - start_ms) / 1000.0
+    return simulated / (wall - 0.25), [
+        None if s is None or e is None else (e - s) / simulated
+        for s, e in zip(start_cpu, end_cpu)]
+
+
+def sim_rate(seconds: float,
+             pids: Sequence[int] = ()) -> Tuple[float, List[Optional[float]]]:
+    """SITL's clock rate and the pids' CPU (clock_rate) with the vehicle at rest, unarmed."""
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
     while True:
@@ -192,39 +231,83 @@ def sim_rate(seconds: float,
                     newest = message.time_boot_ms
             return newest
 
-        boot_ms(time.monotonic() + WARMUP)
-        start_wall = time.monotonic()
-        start_ms = boot_ms(start_wall + 0.5)
-        start_cpu = [cpu_seconds(pid) for pid in pids]
-        end_ms = boot_ms(start_wall + seconds)
-        end_cpu = [cpu_seconds(pid) for pid in pids]
-        wall = time.monotonic() - start_wall
-        if start_ms is None or end_ms is None or end_ms <= start_ms:
-            return 0.0, [0.0 for _ in pids]
-        simulated = (end_ms - start_ms) / 1000.0
-        return simulated / (wall - 0.25), [
-            None if s is None or e is None else (e - s) / simulated
-            for s, e in zip(start_cpu, end_cpu)]
+        return clock_rate(boot_ms, seconds, pids)
     finally:
         mav.close()
 
 
+class StartedSitl:
+    """A SITL this file started, as sitl_flight.Flight takes one (MAVLink on tcp 5760)."""
+
+    mavlink_port = 5760
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise sitl_flight.SitlDied(self.failure('died'))
+
+    def failure(self, what: str) -> str:
+        return f'SITL {what} (exit status {self.process.poll()})'
+
+
+def hover_rate(sitl: subprocess.Popen, seconds: float, pids: Sequence[int], altitude: float,
+               climbs: bool) -> Tuple[float, List[Optional[float]], str]:
+    """
+    SITL's clock rate and the pids' CPU (clock_rate) while the vehicle hovers at altitude.
+
+    EKF ready, GUIDED, arm, take off (a backend that cannot climb, climbs False, is timed
+    armed on the ground); also returns the altitudes SITL reported while timed.
+    """
+    flight = sitl_flight.Flight(StartedSitl(sitl))
+    try:
+        if not flight.wait_ready(60.0) or not flight.arm(30.0):
+            return 0.0, [0.0 for _ in pids], 'not armed: ' + '; '.join(flight.record.texts[-3:])
+        flight.takeoff(altitude)
+        if climbs and not flight.wait(lambda: flight.relative_alt > altitude - 0.3, 30.0):
+            return 0.0, [0.0 for _ in pids], f'stuck at {flight.relative_alt:.2f} m'
+        heights = []
+
+        def boot_ms(until: float) -> Optional[int]:
+            while time.monotonic() < until:
+                flight.pump(min(0.1, max(0.0, until - time.monotonic())))
+                heights.append(flight.relative_alt)
+            return flight.boot_ms or None
+
+        rate, cpu = clock_rate(boot_ms, seconds, pids)
+        return rate, cpu, f'altitude {min(heights):.2f} to {max(heights):.2f} m'
+    finally:
+        flight.close()
+
+
 def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
-            variants: Dict[str, Tuple[str, List[str]]]) -> float:
-    """SITL instance 0's clock rate with backend kind (mujoco xN: a fleet of N, N SITLs)."""
+            variants: Dict[str, Tuple[str, List[str]]], hover: Optional[float] = None) -> float:
+    """
+    SITL instance 0's clock rate with backend kind (mujoco xN: a fleet of N, N SITLs).
+
+    At rest and unarmed, or with hover, hovering at that altitude (m).
+    """
     scratch = tempfile.mkdtemp(prefix='sitl-speed-')
     vehicles = int(kind.split('x')[-1]) if kind.startswith('mujoco x') else 1
+    log = os.path.join(scratch, 'backend.log') if kind.startswith('mujoco') else None
     if kind.startswith('mujoco'):
         source, flags = variants.get(kind, (None, []))
-        child = mujoco_backend(vehicles, source, flags)
+        child = mujoco_backend(vehicles, source, flags, log)
     else:
         child = {'do-nothing': do_nothing_backend,
                  'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
     model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
     time.sleep(1.0 if child else 0.0)
     sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
+    pids = [p.pid for p in [child, sitls[0]] if p is not None]
     try:
-        rate, cpu = sim_rate(seconds, [p.pid for p in [child, sitls[0]] if p is not None])
+        if hover is None:
+            rate, cpu = sim_rate(seconds, pids)
+        else:
+            rate, cpu, heights = hover_rate(sitls[0], seconds, pids, hover,
+                                            climbs=kind != 'do-nothing')
+            print(f'    {heights}', flush=True)
         if child is not None:
             frames = FRAME_RATE  # SITL frames per SITL second
             print(f'    CPU per SITL frame: backend {per_frame(cpu[0], frames)}, SITL '
@@ -238,6 +321,9 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
                     process.wait(10)
                 except subprocess.TimeoutExpired:
                     process.kill()
+        guesses = stepped_ahead(log) if log else None
+        if guesses:
+            print(f'    {guesses}', flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -251,6 +337,10 @@ def main() -> None:
     parser.add_argument('--flat', action='store_true',
                         help="also fly a flat Python MuJoCo backend (this file's, no checks, "
                              'histories or session rules): the floor of a Python frame')
+    parser.add_argument('--hover', type=float, metavar='M',
+                        help='time each backend with the copter hovering M m up (EKF ready, '
+                             'GUIDED, armed, taken off) instead of at rest, unarmed: its PWM '
+                             'changes as in flight (the do-nothing backend is timed armed)')
     parser.add_argument('--fleet', help='fleet sizes to fly instead (e.g. 1,2,4): mujoco '
                                         '--vehicles N with N SITLs, against the do-nothing '
                                         'backend')
@@ -270,11 +360,13 @@ def main() -> None:
     rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
     for round_index in range(args.rounds):
         for kind in kinds:
-            rates[kind].append(measure(kind, folder, args.seconds, quad_x, variants))
+            rates[kind].append(
+                measure(kind, folder, args.seconds, quad_x, variants, args.hover))
             print(f'round {round_index + 1}: {kind:14s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
     ratios = [m / d for m, d in zip(rates.get('mujoco', []), rates['do-nothing']) if d > 0]
-    print(f'\nArduCopter --speedup {SPEEDUP}, SITL seconds per wall second '
+    where = f'hovering {args.hover:g} m up' if args.hover else 'at rest, unarmed'
+    print(f'\nArduCopter --speedup {SPEEDUP}, {where}, SITL seconds per wall second '
           f'(median of {args.rounds} rounds of {args.seconds:g} s):')
     for kind in kinds:
         print(f'  {kind:14s} {statistics.median(rates[kind]):6.2f} x real time '

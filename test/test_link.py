@@ -574,3 +574,74 @@ def test_what_a_source_returns_from_on_frame_other_than_an_instant_is_not_answer
     reply = peer.step()
     assert reply['timestamp'] == 0.0 and reply['position'] == (1.0, 2.0, -3.0)
     assert wait_for(lambda: link.stats.replied == 1)
+
+
+class GuessingEngine:
+    """
+    A lock-step engine by hand whose frames each move 1 ms on (position north = stamp).
+
+    After each reply it steps ahead as if the PWM repeats; honest, it keeps that step for a
+    frame that repeats the PWM; otherwise it returns some other instant (breaking the rule).
+    """
+
+    def __init__(self, honest: bool = True) -> None:
+        self.stamp = 5.0
+        self.guess = None
+        self.honest = honest
+
+    @staticmethod
+    def instant(stamp: float) -> Instant:
+        return Instant(stamp=stamp, sequence=0, skipped=0, gyro=(0.125, -0.25, 0.5),
+                       accel=(0.5, 0.25, -9.75), position=(stamp, 2.0, -3.0),
+                       velocity=(0.125, 0.0, -0.5), quaternion=LEVEL, ranges=(), wind=None,
+                       airspeed=None, battery=None, rc=None)
+
+    def on_frame(self, packet) -> Instant:
+        guess, self.guess = self.guess, None
+        self.stamp += 0.001
+        if guess is not None and guess[0] == packet.pwm:
+            return guess[1] if self.honest else self.instant(self.stamp + 1.0)
+        return self.instant(self.stamp)
+
+    def step_ahead(self, packet) -> Instant:
+        self.guess = (packet.pwm, self.instant(self.stamp + 0.001))
+        return self.guess[1]
+
+
+def test_a_frame_that_repeats_the_pwm_is_answered_on_arrival_with_the_step_ahead(make_link,
+                                                                                 make_peer):
+    engine = GuessingEngine()
+    link = make_link(on_frame=engine.on_frame)
+    link.step_ahead = engine.step_ahead
+    peer = make_peer(link.address[1])
+    pwm = [[1500] * 16] * 3 + [[1600] * 16] * 2 + [[1500] * 16]
+    replies = [peer.step(pwm=p) for p in pwm]
+    assert [r['timestamp'] for r in replies] == pytest.approx(
+        [k / 1000 for k in range(6)], abs=1e-9)
+    assert [r['position'][0] for r in replies] == pytest.approx(
+        [5.001 + k / 1000 for k in range(6)], abs=1e-9)
+    # Frames 1, 2 and 4 repeat the PWM before them; SITL resending frame 5 gets its reply.
+    assert link.stats.answered_on_arrival == 3
+    peer.send(frame_count=5, pwm=pwm[-1])
+    assert parse_reply(peer.receive())['timestamp'] == pytest.approx(0.005, abs=1e-9)
+    assert link.stats.replied == link.stats.received == 7
+    # A stranger sending the very frame expected is not answered; the peer's is, on arrival.
+    stranger = make_peer(link.address[1])
+    stranger.send(frame_count=6, pwm=pwm[-1])
+    assert stranger.receive(timeout=0.3) is None
+    peer.frame_count = 6
+    assert peer.step(pwm=pwm[-1])['timestamp'] == pytest.approx(0.006, abs=1e-9)
+    assert link.stats.answered_on_arrival == 4 and link.stats.strangers == 1
+
+
+def test_an_engine_that_breaks_the_rule_of_step_ahead_is_said_once_and_answered_once(
+        make_link, make_peer, caplog):
+    engine = GuessingEngine(honest=False)
+    link = make_link(on_frame=engine.on_frame)
+    link.step_ahead = engine.step_ahead
+    peer = make_peer(link.address[1])
+    for _ in range(4):
+        peer.step()
+    assert peer.receive(timeout=0.3) is None  # one reply a frame, never a second
+    assert link.stats.replied == link.stats.received == 4
+    assert caplog.text.count('broke the rule of step_ahead') == 1

@@ -250,7 +250,7 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
     path, shipped = shipped_model(vehicle)
     config = load_config(default_preset(shipped.preset), '', {})
     frames = held_pwm_frames(4 if vehicle == 'quad_x' else 5)
-    replies, sources = {}, {}
+    replies, sources, on_arrival = {}, {}, {}
     for ahead in (False, True):
         model = MujocoVehicle(path)
         if model.aero is not None:
@@ -269,6 +269,7 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
             for frame_count, pwm, rate in frames:
                 peer.send_raw(encode_servo_packet(frame_count, pwm, rate))
                 replies[ahead].append(peer.receive())
+            on_arrival[ahead] = link.stats.answered_on_arrival
         finally:
             peer.close()
             link.stop()
@@ -279,6 +280,8 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
     # Both ways were taken: most guesses kept, the PWM's changes gone back from.
     kept, back = sources[True].kept_ahead, sources[True].went_back
     assert kept > back > 60, (kept, back)
+    # Every step kept was answered on arrival (the frame after the lost one changed its PWM).
+    assert on_arrival == {False: 0, True: kept}
     if vehicle == 'plane':
         winds = {re.search(rb'"velocity_wind":\[[^]]*\]', r).group() for r in replies[True]}
         assert len(winds) > 200  # the gusts changed every frame

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from ardupilot_json_bridge.core.protocol import (
-    decode_servo_packet, encode_reply, encode_servo_packet, ReplyError, SensorReply,
-    SERVO_MAGIC_16, SERVO_MAGIC_32, ServoPacketError)
+    decode_servo_packet, encode_reply, encode_servo_packet, next_frame_datagram, ReplyError,
+    SensorReply, SERVO_MAGIC_16, SERVO_MAGIC_32, ServoPacketError)
 from sitl_peer import parse_reply
 
 FULL_REPLY = SensorReply(
@@ -185,3 +185,12 @@ def test_sitl_reads_every_other_key_right_when_one_is_left_out(key, how):
         assert values == ((None, None) if name == key else getattr(reply, name))
     assert all(any(d.startswith(k) for k in shadowed) for d in dropped if '(' in d)
     assert len([d for d in dropped if '(' in d]) == len(shadowed)
+
+
+@pytest.mark.parametrize('channels', [16, 32])
+def test_the_next_frame_datagram_is_the_packet_sitl_sends_next_with_the_same_pwm(channels):
+    pwm = [1000 + 37 * k for k in range(channels)]
+    for frame_count in (0, 1, 65535, 2 ** 31):
+        assert next_frame_datagram(encode_servo_packet(frame_count, pwm, 400)) == \
+            encode_servo_packet(frame_count + 1, pwm, 400)
+    assert next_frame_datagram(encode_servo_packet(2 ** 32 - 1, pwm)) is None

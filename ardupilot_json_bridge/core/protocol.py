@@ -14,6 +14,9 @@ SERVO_MAGIC_16 = 18458
 SERVO_MAGIC_32 = 29569
 SERVO_PACKET_16 = struct.Struct('<HHI16H')
 SERVO_PACKET_32 = struct.Struct('<HHI32H')
+# Where both packets hold frame_count: after the magic and the frame rate.
+FRAME_COUNT = struct.Struct('<I')
+FRAME_COUNT_OFFSET = 4
 LEGACY_2020_SIZE = 40
 MAX_RANGEFINDERS = 6
 MAX_RC_CHANNELS = 12
@@ -89,6 +92,19 @@ def _rejection_reason(data: bytes, magic: Optional[int]) -> str:
                 'unreleased 2020 JSON format (frame_count, speedup, pwm[16]); use a released '
                 'ArduPilot (4.1 or newer)')
     return f'not an ArduPilot servo packet: unknown magic in {_describe(data)}'
+
+
+def next_frame_datagram(data: bytes) -> Optional[bytes]:
+    """
+    Return the datagram SITL sends next if its PWM and frame rate stay as in data's packet.
+
+    None where there is no such frame (frame_count would wrap: SITL restarts before then).
+    """
+    frame_count = FRAME_COUNT.unpack_from(data, FRAME_COUNT_OFFSET)[0]
+    if frame_count >= 0xFFFFFFFF:
+        return None
+    return (data[:FRAME_COUNT_OFFSET] + FRAME_COUNT.pack(frame_count + 1)
+            + data[FRAME_COUNT_OFFSET + FRAME_COUNT.size:])
 
 
 def encode_servo_packet(frame_count: int, pwm: Sequence[int], frame_rate: int = 1200) -> bytes:

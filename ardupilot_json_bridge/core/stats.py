@@ -76,6 +76,8 @@ class LinkStats:
     received: int = 0
     replied: int = 0
     new_frames: int = 0
+    # New frames answered on arrival with a reply encoded ahead (a lock-step engine's guess).
+    answered_on_arrival: int = 0
     duplicates: int = 0
     lost: int = 0
     restarts: int = 0
@@ -94,7 +96,8 @@ class LinkStats:
         p50, p99 = self.latency.percentile(0.5), self.latency.percentile(0.99)
         return {
             'received': self.received, 'replied': self.replied,
-            'new_frames': self.new_frames, 'duplicates': self.duplicates,
+            'new_frames': self.new_frames, 'answered_on_arrival': self.answered_on_arrival,
+            'duplicates': self.duplicates,
             'lost': self.lost, 'restarts': self.restarts, 'rejected': self.rejected,
             'strangers': self.strangers, 'unanswered': self.unanswered,
             'skipped': self.skipped,

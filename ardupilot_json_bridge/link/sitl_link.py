@@ -10,10 +10,11 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 from ardupilot_json_bridge.core.protocol import (
-    decode_servo_packet, encode_reply, ReplyError, ServoPacket, ServoPacketError)
+    decode_servo_packet, encode_reply, next_frame_datagram, ReplyError, ServoPacket,
+    ServoPacketError)
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.reply import build_reply
 from ardupilot_json_bridge.core.settings import LinkSettings, SITL_BASE_PORT, SITL_PORT_STRIDE
@@ -48,6 +49,15 @@ def falling_behind(grid: FrameGrid, backlog: float, passed: int, max_backlog: fl
             "SITL's clock still stepping one frame at a time; it now runs "
             f'{grid.passed_over:.2f} s behind the simulator. SITL and the bridge cannot keep '
             f'up: {WHAT_TO_CHANGE}')
+
+
+class ReplyAhead(NamedTuple):
+    """The reply to the frame after the one answered, encoded while SITL computes it."""
+
+    datagram: bytes     # the frame expected: the same PWM and rate, frame_count one on
+    instant: Instant    # what the engine stepped ahead to, and will return from on_frame
+    timestamp: float
+    reply: bytes
 
 
 class LinkError(RuntimeError):
@@ -93,8 +103,10 @@ class SitlLink:
         after_reply runs after each new frame's reply is sent: a lock-step source's
         bookkeeping (checks, recording) while SITL computes its next frame. step_ahead runs
         after that, for a frame answered from the Instant on_frame gave: a lock-step engine
-        may step the next frame on a guess and return its Instant, whose reply is encoded
-        then, and sent at once if on_frame returns that very Instant for the next frame.
+        may step the next frame as if it brings the same PWM and frame rate, and return its
+        Instant, which on_frame must then return for such a frame (and for no other). The
+        reply is encoded then; when the next datagram is that frame, byte for byte, it goes
+        out on arrival, and the frame is handled after it.
         """
         self.settings = settings
         self.state = state
@@ -104,8 +116,9 @@ class SitlLink:
         self.on_restart = on_restart
         self.after_reply = after_reply
         self.step_ahead = step_ahead
-        # The Instant step_ahead returned, its timestamp and its reply, encoded ahead.
-        self._ahead: Optional[Tuple[Instant, float, bytes]] = None
+        self._ahead: Optional[ReplyAhead] = None
+        # Whether the datagram in hand was answered on arrival with _ahead's reply.
+        self._sent_ahead = False
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
         self.warnings = RateLimitedLog(self.logger)
         self.stats = LinkStats()
@@ -182,6 +195,24 @@ class SitlLink:
     def handle_datagram(self, data: bytes, sender: Address) -> None:
         """Process one datagram as the link thread does (public for tests and tools)."""
         received = self._clock()
+        ahead = self._ahead
+        if ahead is not None and data == ahead.datagram and sender == self._peer:
+            # The frame stepped ahead: its reply goes first, its handling (the same) after.
+            self._send(ahead.reply, received)
+            self._sent_ahead = True  # until _answer finds that reply the frame's
+            try:
+                self._handle(data, sender, received)
+            finally:
+                if self._sent_ahead:
+                    self._sent_ahead = False
+                    self.warnings.error('sent_ahead', f'{self._prefix}frame answered on '
+                                                      'arrival with a reply its handling did '
+                                                      'not give: the engine broke the rule of '
+                                                      'step_ahead')
+            return
+        self._handle(data, sender, received)
+
+    def _handle(self, data: bytes, sender: Address, received: float) -> None:
         stats = self.stats
         stats.received += 1
         try:
@@ -227,7 +258,7 @@ class SitlLink:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
         if answered and self.step_ahead is not None:
-            self._step_ahead(packet)
+            self._step_ahead(packet, data)
 
     def _new_session(self) -> None:
         self.session.reset()
@@ -291,8 +322,8 @@ class SitlLink:
         self._reply(packet, received)
         return False
 
-    def _step_ahead(self, packet: ServoPacket) -> None:
-        """Have the engine step the frame after packet on a guess; encode its reply now."""
+    def _step_ahead(self, packet: ServoPacket, data: bytes) -> None:
+        """Have the engine step the frame after packet (data) on a guess; encode its reply."""
         try:
             instant = self.step_ahead(packet)
         except Exception as error:
@@ -300,18 +331,20 @@ class SitlLink:
                                               f'{packet.frame_count} failed: {error!r}')
             return
         session = self.session
-        if not isinstance(instant, Instant) or instant.stamp <= session.last_stamp:
+        datagram = next_frame_datagram(data)
+        if (not isinstance(instant, Instant) or instant.stamp <= session.last_stamp
+                or datagram is None):
             return
         timestamp = session.timestamp_for(instant.stamp)
         settings = self.settings
         try:
-            data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
-                                                     settings.no_lockstep))
+            reply, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
+                                                      settings.no_lockstep))
         except ReplyError:
             return
         # A reply leaving values out is encoded when it is sent, which warns of them.
         if not dropped:
-            self._ahead = (instant, timestamp, data)
+            self._ahead = ReplyAhead(datagram, instant, timestamp, reply)
 
     def _answer(self, packet: ServoPacket, received: float, instant: Instant) -> bool:
         """
@@ -329,15 +362,19 @@ class SitlLink:
             state.push_instant(instant)
             return False
         timestamp = session.timestamp_for(instant.stamp)
-        if ahead is not None and ahead[0] is instant and ahead[1] == timestamp:
-            data = ahead[2]
+        if ahead is not None and ahead.instant is instant and ahead.timestamp == timestamp:
+            data = ahead.reply
+            sent, self._sent_ahead = self._sent_ahead, False
+            self.stats.answered_on_arrival += sent
         else:
+            sent = False
             try:
                 data = self._encode(instant, timestamp)
             except ReplyError:
                 state.push_instant(instant)
                 return False
-        self._send(data, received)
+        if not sent:
+            self._send(data, received)
         sequence = state.push_instant(instant, served=True)
         session.record_reply(packet.frame_count, data, sequence, instant.stamp, timestamp)
         return True
@@ -474,6 +511,8 @@ class SitlLink:
                                       f'{packet.frame_count}: {reason}')
 
     def _send(self, data: bytes, received: float) -> None:
+        if self._sent_ahead:
+            return  # the frame in hand was answered on arrival: one reply a frame
         try:
             self._sock.sendto(data, self._peer)
         except OSError as error:
