@@ -1,9 +1,10 @@
 """
 Where a MuJoCo lock-step frame's microseconds go, stage by stage.
 
-    python benchmarks/frame_profile.py [--frames 4000] [--record]
+    python benchmarks/frame_profile.py [--frames 4000] [--record] [--held 3] [--no-step-ahead]
 
-The `mujoco_lock_step` setup of run.py (the quad X with the live checks, a socketless link):
+The `mujoco_lock_step` setup of run.py (the quad X with the live checks, a socketless link,
+stepping ahead as the mujoco command does; the PWM changes every --held frames):
 each stage's calls are wrapped in a timer of the serving thread's CPU time (time.thread_time),
 and the table prints microseconds per frame. The timers cost a little each (in "the rest").
 """
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import types
-from typing import Callable, Counter
+from typing import Callable, Counter, Dict, List, Optional, Tuple
 
 import mujoco
 from run import LOCK_STEP, MOTORS, NullSocket, socketless_link
@@ -55,24 +56,42 @@ class TimedSocket(NullSocket):
         return len(data)
 
 
-def until_sent(frames: int) -> float:
-    """Median wall time (s) from a packet handed to the link to its reply sent, no timers."""
+def held_pwm(index: int, held: int) -> list:
+    """Frame index's PWM: a new value every held frames (ArduCopter's 400 Hz loop: 3), or 0."""
+    value = 1550 + (index // held) % 7 if held else 1550
+    return [value] * 4 + [1000] * 12
+
+
+def until_sent(frames: int, held: int, ahead: bool) -> Tuple[float, Optional[float], int]:
+    """
+    Median wall time (s) from a packet handed to the link to its reply sent, no timers.
+
+    For the frames answered on arrival and for the others (None if none), and how many of
+    the frames were answered on arrival.
+    """
     state = SensorState(LOCK_STEP)
     source = MujocoLockStep(MujocoVehicle(), state, MOTORS.groups[0],
                             checker=ConventionChecker(window=10.0))
     link = socketless_link(state, source.on_frame)
     link.after_reply = source.after_reply
+    # A checkout from before stepping ahead (86a977a) has neither.
+    link.step_ahead = getattr(source, 'step_ahead', None) if ahead else None
     link._sock = sock = TimedSocket()
-    waits = []
+    waits: Dict[bool, List[float]] = {True: [], False: []}
     for index in range(frames):
-        packet = encode_servo_packet(index, [1550] * 4 + [1000] * 12)
+        packet = encode_servo_packet(index, held_pwm(index, held))
+        answered = getattr(link.stats, 'answered_on_arrival', 0)
         start = time.perf_counter()
         link.handle_datagram(packet, ('127.0.0.1', 40000))
-        waits.append(sock.sent - start)
-    return statistics.median(waits[WARM_UP:])
+        if index >= WARM_UP:
+            waits[getattr(link.stats, 'answered_on_arrival', 0) > answered].append(
+                sock.sent - start)
+    others = statistics.median(waits[False]) if waits[False] else None
+    on_arrival = statistics.median(waits[True]) if waits[True] else None
+    return on_arrival, others, len(waits[True])
 
 
-def profile(frames: int, record: bool) -> None:
+def profile(frames: int, record: bool, held: int, ahead: bool) -> None:
     spent: Counter = collections.Counter()
     state = SensorState(LOCK_STEP)
     vehicle = MujocoVehicle()
@@ -81,6 +100,8 @@ def profile(frames: int, record: bool) -> None:
                             checker=ConventionChecker(window=10.0), recorder=recorder)
     link = socketless_link(state, source.on_frame)
     link.after_reply = timer(spent, AFTER_REPLY, source.after_reply)
+    if ahead:
+        link.step_ahead = getattr(source, 'step_ahead', None)
     sitl_link.decode_servo_packet = timer(spent, 'datagram: decode, bookkeeping, send',
                                           sitl_link.decode_servo_packet)
     link.session.classify = timer(spent, 'datagram: decode, bookkeeping, send',
@@ -94,6 +115,7 @@ def profile(frames: int, record: bool) -> None:
     functions.mj_step = timer(spent, 'physics: mj_step, mj_step2', mujoco.mj_step)
     functions.mj_step2 = timer(spent, 'physics: mj_step, mj_step2', mujoco.mj_step2)
     functions.mj_forward = timer(spent, 'physics: mj_forward', mujoco.mj_forward)
+    functions.mj_copyData = timer(spent, 'step ahead: the copy of the world', mujoco.mj_copyData)
     vehicle._mujoco = functions
     vehicle.advance = timer(spent, 'physics: the whole advance', vehicle.advance)
     vehicle.state = timer(spent, 'sensor read', vehicle.state)
@@ -114,7 +136,7 @@ def profile(frames: int, record: bool) -> None:
     link.session.record_reply = timer(spent, AFTER_SEND + 'session, served',
                                       link.session.record_reply)
     state.mark_served = timer(spent, AFTER_SEND + 'session, served', state.mark_served)
-    packets = [encode_servo_packet(i, [1550] * 4 + [1000] * 12) for i in range(frames)]
+    packets = [encode_servo_packet(i, held_pwm(i, held)) for i in range(frames)]
     for packet in packets[:WARM_UP]:
         link.handle_datagram(packet, ('127.0.0.1', 40000))
     spent.clear()
@@ -141,16 +163,24 @@ def profile(frames: int, record: bool) -> None:
           f'{(total - sum(spent.values())) / count * 1e6:6.1f} us')
     print("off the frame path, in the checks' judge thread: taking the frames in "
           f'{batch / count * 1e6:.1f} us a frame (the newest {len(source.checker._imu)} kept)')
-    print('without the timers, from a packet handed to the link to its reply sent: '
-          f'{until_sent(frames) * 1e6:.1f} us (median)')
+    on_arrival, others, count = until_sent(frames, held, ahead)
+    print('without the timers, from a packet handed to the link to its reply sent (median): '
+          + (f'{on_arrival * 1e6:.1f} us for the {count} frames answered on arrival, '
+             if count else '')
+          + ('' if others is None else f'{others * 1e6:.1f} us for the others'))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--frames', type=int, default=4000)
     parser.add_argument('--record', action='store_true', help='record the flight too')
+    parser.add_argument('--held', type=int, default=3,
+                        help='frames each PWM is held for (3: ArduCopter at 400 Hz, 1200 '
+                             'frames/s; 0: one PWM throughout)')
+    parser.add_argument('--no-step-ahead', action='store_true',
+                        help='step each frame only once its packet is in')
     args = parser.parse_args()
-    profile(max(args.frames, WARM_UP + 1), args.record)
+    profile(max(args.frames, WARM_UP + 1), args.record, args.held, not args.no_step_ahead)
     return 0
 
 

@@ -206,7 +206,7 @@ def clock_rate(boot_ms: Callable[[float], Optional[int]], seconds: float,
 
 def sim_rate(seconds: float,
              pids: Sequence[int] = ()) -> Tuple[float, List[Optional[float]]]:
-    """SITL's clock rate and the pids' CPU (clock_rate) with the vehicle at rest, unarmed."""
+    """Return SITL's clock rate and the pids' CPU (clock_rate), the vehicle at rest, unarmed."""
     from pymavlink import mavutil
     deadline = time.monotonic() + 30.0
     while True:
@@ -255,18 +255,29 @@ class StartedSitl:
 def hover_rate(sitl: subprocess.Popen, seconds: float, pids: Sequence[int], altitude: float,
                climbs: bool) -> Tuple[float, List[Optional[float]], str]:
     """
-    SITL's clock rate and the pids' CPU (clock_rate) while the vehicle hovers at altitude.
+    Return SITL's clock rate and the pids' CPU (clock_rate) while hovering at altitude.
 
     EKF ready, GUIDED, arm, take off (a backend that cannot climb, climbs False, is timed
     armed on the ground); also returns the altitudes SITL reported while timed.
     """
     flight = sitl_flight.Flight(StartedSitl(sitl))
     try:
-        if not flight.wait_ready(60.0) or not flight.arm(30.0):
-            return 0.0, [0.0 for _ in pids], 'not armed: ' + '; '.join(flight.record.texts[-3:])
-        flight.takeoff(altitude)
-        if climbs and not flight.wait(lambda: flight.relative_alt > altitude - 0.3, 30.0):
-            return 0.0, [0.0 for _ in pids], f'stuck at {flight.relative_alt:.2f} m'
+        if not flight.wait_ready(60.0):
+            return 0.0, [0.0 for _ in pids], 'EKF not ready: ' + '; '.join(
+                flight.record.texts[-3:])
+        # Arm and take off in one breath: at --speedup 100 an armed copter left on the ground
+        # for a wall second has disarmed itself.
+        deadline = time.monotonic() + 60.0
+        while not (flight.relative_alt > altitude - 0.3 if climbs
+                   else flight.mav.motors_armed()):
+            if time.monotonic() > deadline:
+                return 0.0, [0.0 for _ in pids], (
+                    f'not up: {flight.relative_alt:.2f} m; ' + '; '.join(
+                        flight.record.texts[-3:]))
+            flight.set_mode('GUIDED')
+            flight.mav.arducopter_arm()
+            flight.takeoff(altitude)
+            flight.pump(0.5)
         heights = []
 
         def boot_ms(until: float) -> Optional[int]:

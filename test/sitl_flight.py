@@ -244,6 +244,8 @@ class Flight:
             self.record.texts.append(message.text)
             if 'origin set' in message.text.lower():
                 self.origin_set = True
+        elif kind == 'GPS_GLOBAL_ORIGIN':
+            self.origin_set = True   # asked for by wait_ready: the text may be long gone
         elif kind == 'EKF_STATUS_REPORT':
             self.ekf_flags = message.flags
         elif kind == 'GLOBAL_POSITION_INT':
@@ -274,6 +276,12 @@ class Flight:
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait for the EKF origin and flags 0x1F: attitude, velocities, horizontal position."""
+        # A fast SITL sets its origin before this connection hears "origin set": ask for it.
+        mavlink = self.mavutil.mavlink
+        self.mav.mav.command_long_send(self.mav.target_system, self.mav.target_component,
+                                       mavlink.MAV_CMD_REQUEST_MESSAGE, 0,
+                                       mavlink.MAVLINK_MSG_ID_GPS_GLOBAL_ORIGIN, 0, 0, 0, 0, 0,
+                                       0)
         return self.wait(lambda: self.ekf_flags & 0x1F == 0x1F and self.origin_set, timeout)
 
     def set_mode(self, mode: str) -> None:

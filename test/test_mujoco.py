@@ -532,12 +532,13 @@ def test_reply_first_is_refused_for_a_fleet_before_anything_starts(caplog):
 
 @contextmanager
 def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
-                     recording: Optional[str] = None,
-                     reply_first: bool = False) -> Iterator[Callable[[], float]]:
+                     recording: Optional[str] = None, reply_first: bool = False,
+                     step_ahead: bool = False) -> Iterator[Callable[[], float]]:
     """
     Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start.
 
-    Reply-first steps after each reply, wired as the mujoco command wires it.
+    Reply-first steps after each reply, wired as the mujoco command wires it; so does
+    stepping ahead (the command's default).
     """
     config = load_config(default_preset(), '', {'port': 0, 'instance': instance})
     vehicle = MujocoVehicle()
@@ -546,7 +547,8 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                             recorder=FlightRecorder(recording) if recording else None,
                             reply_first=reply_first)
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart,
-                    after_reply=source.after_reply if reply_first else None)
+                    after_reply=source.after_reply if reply_first or step_ahead else None,
+                    step_ahead=source.step_ahead if step_ahead else None)
     link.start()
     start = vehicle.state().position[2]
     try:
@@ -559,13 +561,14 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
-@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
-def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys, reply_first):
+@pytest.mark.parametrize('mode', ['lock-step', 'step-ahead', 'reply-first'])
+def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys, mode):
     pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
-    with lock_step_engine(3, checker, recording, reply_first) as height, \
+    with lock_step_engine(3, checker, recording, mode == 'reply-first',
+                          mode == 'step-ahead') as height, \
             sitl_flight.Sitl(instance=3, speedup=2) as sitl:
         record = sitl_flight.fly(sitl, 5.0, 5.0, height, leg=5.0)
         log = sitl.log()
