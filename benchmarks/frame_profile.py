@@ -115,7 +115,8 @@ def profile(frames: int, record: bool, held: int, ahead: bool) -> None:
     functions.mj_step = timer(spent, 'physics: mj_step, mj_step2', mujoco.mj_step)
     functions.mj_step2 = timer(spent, 'physics: mj_step, mj_step2', mujoco.mj_step2)
     functions.mj_forward = timer(spent, 'physics: mj_forward', mujoco.mj_forward)
-    functions.mj_copyData = timer(spent, 'step ahead: the copy of the world', mujoco.mj_copyData)
+    functions.mj_getState = timer(spent, 'step ahead: state kept, set back', mujoco.mj_getState)
+    functions.mj_setState = timer(spent, 'step ahead: state kept, set back', mujoco.mj_setState)
     vehicle._mujoco = functions
     vehicle.advance = timer(spent, 'physics: the whole advance', vehicle.advance)
     vehicle.state = timer(spent, 'sensor read', vehicle.state)

@@ -624,14 +624,14 @@ def test_a_frame_that_repeats_the_pwm_is_answered_on_arrival_with_the_step_ahead
     assert link.stats.answered_on_arrival == 3
     peer.send(frame_count=5, pwm=pwm[-1])
     assert parse_reply(peer.receive())['timestamp'] == pytest.approx(0.005, abs=1e-9)
-    assert link.stats.replied == link.stats.received == 7
+    assert wait_for(lambda: link.stats.replied == link.stats.received == 7)
     # A stranger sending the very frame expected is not answered; the peer's is, on arrival.
     stranger = make_peer(link.address[1])
     stranger.send(frame_count=6, pwm=pwm[-1])
     assert stranger.receive(timeout=0.3) is None
     peer.frame_count = 6
     assert peer.step(pwm=pwm[-1])['timestamp'] == pytest.approx(0.006, abs=1e-9)
-    assert link.stats.answered_on_arrival == 4 and link.stats.strangers == 1
+    assert wait_for(lambda: link.stats.answered_on_arrival == 4 and link.stats.strangers == 1)
 
 
 def test_an_engine_that_breaks_the_rule_of_step_ahead_is_said_once_and_answered_once(

@@ -269,11 +269,11 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
             for frame_count, pwm, rate in frames:
                 peer.send_raw(encode_servo_packet(frame_count, pwm, rate))
                 replies[ahead].append(peer.receive())
-            on_arrival[ahead] = link.stats.answered_on_arrival
         finally:
             peer.close()
             link.stop()
             source.close()
+        on_arrival[ahead] = link.stats.answered_on_arrival
     assert None not in replies[True]
     assert replies[True] == replies[False]
     assert sources[False].kept_ahead == sources[False].went_back == 0
@@ -312,9 +312,12 @@ def test_a_step_ahead_undone_leaves_the_world_as_it_was_bit_for_bit(name):
             guessing.keep_ahead()
         plain.advance(1 / 1200)
         for field in ('time', 'qpos', 'qvel', 'qacc', 'qacc_warmstart', 'ctrl', 'xfrc_applied',
-                      'sensordata'):
+                      'sensordata', 'xpos', 'xquat', 'cacc', 'qfrc_constraint',
+                      'actuator_force', 'ncon', 'nefc'):
             assert np.array_equal(getattr(guessing.data, field), getattr(plain.data, field)), \
                 (k, field)
+        assert np.array_equal(guessing.data.efc_force[:plain.data.nefc],
+                              plain.data.efc_force[:plain.data.nefc]), k
         assert guessing.speeds == plain.speeds and guessing.steps == plain.steps
         assert guessing.state() == plain.state(), k
 

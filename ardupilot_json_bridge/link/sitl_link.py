@@ -198,6 +198,7 @@ class SitlLink:
         ahead = self._ahead
         if ahead is not None and data == ahead.datagram and sender == self._peer:
             # The frame stepped ahead: its reply goes first, its handling (the same) after.
+            self.stats.answered_on_arrival += 1
             self._send(ahead.reply, received)
             self._sent_ahead = True  # until _answer finds that reply the frame's
             try:
@@ -365,7 +366,6 @@ class SitlLink:
         if ahead is not None and ahead.instant is instant and ahead.timestamp == timestamp:
             data = ahead.reply
             sent, self._sent_ahead = self._sent_ahead, False
-            self.stats.answered_on_arrival += sent
         else:
             sent = False
             try:
