@@ -27,6 +27,10 @@ PACKAGE = 'ardupilot_json_bridge'
 # datagram waits for the GIL up to the interval while another thread (the live checks' judge,
 # the recorder's writer) holds it: Python's 5 ms default would stall SITL for several frames.
 LOCK_STEP_SWITCH_INTERVAL = 1e-4
+# The engine's optional values (wind, airspeed) come with each frame, at its stamp: the state
+# need not keep a second of them, and 2.2 s of frames held (1 s, twice over, at 1200 frames/s)
+# cost SITL 4 % of its speed on the 2-core machine (docs/performance.md).
+ENGINE_OPTIONAL_AGE = 0.05
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 ROS_ARGS = '--ros-args'
 # The ROS 2 nodes (need rclpy): their summary and description. They take ROS's own arguments,
@@ -125,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help='step each frame only once its packet is in; by default the '
                              'next frame is stepped after each reply, as if its PWM repeats '
                              '(most do: SITL sends 3 frames per 400 Hz loop), and answered at '
-                             'once if it does: the same replies, sooner')
+                             'once if it does: the same replies, sooner (a fleet, the viewer '
+                             'and --reply-first never step ahead)')
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
@@ -336,7 +341,8 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     try:
         for index, vehicle in enumerate(vehicles):
             settings = replace(config.link, instance=config.link.instance + index)
-            state = SensorState(replace(config.state, pacing=SAMPLES))
+            state = SensorState(replace(config.state, pacing=SAMPLES,
+                                        max_optional_age=ENGINE_OPTIONAL_AGE))
             # The vehicle's readings are REP-103 as they are: the checks' defaults.
             logger = root.getChild(namespaces[index]) if count > 1 else root
             conventions = LiveConventions(ConventionChecker(window=LIVE_WINDOW), logger)

@@ -376,7 +376,7 @@ def main() -> None:
             print(f'round {round_index + 1}: {kind:14s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
     ratios = [m / d for m, d in zip(rates.get('mujoco', []), rates['do-nothing']) if d > 0]
-    where = f'hovering {args.hover:g} m up' if args.hover else 'at rest, unarmed'
+    where = 'at rest, unarmed' if args.hover is None else f'hovering {args.hover:g} m up'
     print(f'\nArduCopter --speedup {SPEEDUP}, {where}, SITL seconds per wall second '
           f'(median of {args.rounds} rounds of {args.seconds:g} s):')
     for kind in kinds:

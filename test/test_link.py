@@ -1,14 +1,15 @@
 """The UDP link over real loopback sockets, with the test SITL peer."""
 
 import logging
+import math
 import socket
 import threading
 import time
-from typing import List
+from typing import List, Optional
 
 import pytest
 
-from ardupilot_json_bridge.core.protocol import encode_servo_packet
+from ardupilot_json_bridge.core.protocol import encode_servo_packet, ServoPacket
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
 from ardupilot_json_bridge.core.state import Instant, SensorState
@@ -584,26 +585,29 @@ class GuessingEngine:
     frame that repeats the PWM; otherwise it returns some other instant (breaking the rule).
     """
 
-    def __init__(self, honest: bool = True) -> None:
+    def __init__(self, honest: bool = True, airspeed: Optional[float] = None) -> None:
         self.stamp = 5.0
         self.guess = None
         self.honest = honest
+        self.airspeed = airspeed
+        self.fail_at: Optional[int] = None  # a frame_count whose on_frame raises
 
-    @staticmethod
-    def instant(stamp: float) -> Instant:
+    def instant(self, stamp: float) -> Instant:
         return Instant(stamp=stamp, sequence=0, skipped=0, gyro=(0.125, -0.25, 0.5),
                        accel=(0.5, 0.25, -9.75), position=(stamp, 2.0, -3.0),
                        velocity=(0.125, 0.0, -0.5), quaternion=LEVEL, ranges=(), wind=None,
-                       airspeed=None, battery=None, rc=None)
+                       airspeed=self.airspeed, battery=None, rc=None)
 
-    def on_frame(self, packet) -> Instant:
+    def on_frame(self, packet: ServoPacket) -> Instant:
         guess, self.guess = self.guess, None
         self.stamp += 0.001
+        if packet.frame_count == self.fail_at:
+            raise FloatingPointError('the checks choked')  # after keeping the guess
         if guess is not None and guess[0] == packet.pwm:
             return guess[1] if self.honest else self.instant(self.stamp + 1.0)
         return self.instant(self.stamp)
 
-    def step_ahead(self, packet) -> Instant:
+    def step_ahead(self, packet: ServoPacket) -> Instant:
         self.guess = (packet.pwm, self.instant(self.stamp + 0.001))
         return self.guess[1]
 
@@ -634,14 +638,44 @@ def test_a_frame_that_repeats_the_pwm_is_answered_on_arrival_with_the_step_ahead
     assert wait_for(lambda: link.stats.answered_on_arrival == 4 and link.stats.strangers == 1)
 
 
-def test_an_engine_that_breaks_the_rule_of_step_ahead_is_said_once_and_answered_once(
-        make_link, make_peer, caplog):
-    engine = GuessingEngine(honest=False)
+@pytest.mark.parametrize('fault', ['rule broken', 'on_frame raised'])
+def test_a_frame_answered_on_arrival_keeps_its_reply_whatever_its_handling_gives(
+        make_link, make_peer, caplog, fault):
+    # An engine returning another instant than its step ahead, or failing once it kept it:
+    # one reply a frame, never a second or a wait, and SITL's resend gets the same bytes.
+    engine = GuessingEngine(honest=fault != 'rule broken')
+    engine.fail_at = 2 if fault == 'on_frame raised' else None
     link = make_link(on_frame=engine.on_frame)
     link.step_ahead = engine.step_ahead
     peer = make_peer(link.address[1])
-    for _ in range(4):
-        peer.step()
+    sent = []
+    for frame in range(4):
+        peer.send(frame_count=frame)
+        sent.append(peer.receive())
     assert peer.receive(timeout=0.3) is None  # one reply a frame, never a second
-    assert link.stats.replied == link.stats.received == 4
-    assert caplog.text.count('broke the rule of step_ahead') == 1
+    assert [parse_reply(r)['timestamp'] for r in sent] == pytest.approx(
+        [0.0, 0.001, 0.002, 0.003], abs=1e-9)
+    peer.send(frame_count=3)
+    assert peer.receive() == sent[3]
+    assert wait_for(lambda: link.stats.replied == link.stats.received == 5)
+    # Frames 1 and 2 (rule broken: 1 and 3): no step ahead follows a frame whose handling
+    # did not take its reply.
+    assert link.stats.unanswered == 0 and link.stats.answered_on_arrival == 2
+    if fault == 'rule broken':
+        assert caplog.text.count('broke the rule of step_ahead') == 1
+    else:
+        assert 'frame 2: handing its PWM on failed' in caplog.text
+        assert 'broke the rule' not in caplog.text
+
+
+def test_a_step_ahead_whose_reply_leaves_values_out_is_not_sent_on_arrival(
+        make_link, make_peer, caplog):
+    # Its reply is encoded when the frame is handled, which says what it leaves out.
+    engine = GuessingEngine(airspeed=math.nan)
+    link = make_link(on_frame=engine.on_frame)
+    link.step_ahead = engine.step_ahead
+    peer = make_peer(link.address[1])
+    replies = [peer.step() for _ in range(4)]
+    assert all('airspeed' not in r for r in replies)
+    assert link.stats.answered_on_arrival == 0
+    assert 'left out optional values that are not finite: airspeed' in caplog.text

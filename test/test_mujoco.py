@@ -43,7 +43,7 @@ def fly_open_loop(speeds, seconds: float) -> MujocoVehicle:
 
 
 def serving_link(source: MujocoLockStep, state: SensorState, fresh_timeout: float) -> SitlLink:
-    """Start a link serving source as the mujoco command wires it, and return it."""
+    """Start a link serving source with after_reply wired (not stepping ahead); return it."""
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=fresh_timeout), state,
                     on_frame=source.on_frame, on_restart=source.on_restart,
                     after_reply=source.after_reply)
@@ -257,7 +257,8 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
             in_flight(model)
             model.wind = Wind((3.0, -2.0, 0.0), gust=1.5)
         state = SensorState(StateSettings(pacing=SAMPLES))
-        source = sources[ahead] = MujocoLockStep(model, state, config.outputs)
+        source = sources[ahead] = MujocoLockStep(model, state, config.outputs,
+                                                 checker=ConventionChecker(window=10.0))
         link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
                         on_frame=source.on_frame, on_restart=source.on_restart,
                         after_reply=source.after_reply,
@@ -276,15 +277,51 @@ def test_stepping_ahead_sends_the_replies_lock_step_sends(vehicle):
         on_arrival[ahead] = link.stats.answered_on_arrival
     assert None not in replies[True]
     assert replies[True] == replies[False]
+    # The live checks were handed every frame, as stepped, the same way.
+    assert list(sources[True].checker._frames) == list(sources[False].checker._frames)
     assert sources[False].kept_ahead == sources[False].went_back == 0
-    # Both ways were taken: most guesses kept, the PWM's changes gone back from.
+    # Every new frame repeating the PWM and rate of the new frame before it in its session
+    # was answered from the guess; the others went back from it.
+    repeats, before = 0, None
+    for frame_count, pwm, rate in frames:
+        if before is not None and frame_count == before[0]:
+            continue                     # a resend: answered again, not stepped
+        if before is not None and frame_count > before[0]:
+            repeats += (pwm, rate) == before[1:]
+        before = (frame_count, pwm, rate)
     kept, back = sources[True].kept_ahead, sources[True].went_back
-    assert kept > back > 60, (kept, back)
+    assert kept == repeats and back > 60, (kept, repeats, back)
     # Every step kept was answered on arrival (the frame after the lost one changed its PWM).
     assert on_arrival == {False: 0, True: kept}
     if vehicle == 'plane':
         winds = {re.search(rb'"velocity_wind":\[[^]]*\]', r).group() for r in replies[True]}
         assert len(winds) > 200  # the gusts changed every frame
+
+
+def test_stepping_ahead_stops_while_the_pwm_changes_every_frame_and_starts_again():
+    # At SIM_RATE_HZ 400 every frame has its own PWM: each guess would be stepped twice.
+    # The share of frames repeating the one before, smoothed over 32 frames from 1, falls
+    # below a half after 22 changing frames ((31/32)^22 = 0.497), and from about 0 rises
+    # above it again after 22 repeating ones (1 - (31/32)^22 = 0.503): of the 99 frames
+    # repeating the one before, the 77 after those 22 are answered from a guess.
+    config = load_config(default_preset(), '', {})
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(MujocoVehicle(), state, config.outputs[0])
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                    on_frame=source.on_frame, after_reply=source.after_reply,
+                    step_ahead=source.step_ahead)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    try:
+        for k in range(300):
+            peer.step(pwm=[1500 + k % 100] * 4 + [1000] * 12)
+        assert source.kept_ahead == 0 and source.went_back == 22
+        for _ in range(100):
+            peer.step(pwm=[1600] * 4 + [1000] * 12)
+        assert source.went_back == 22 and source.kept_ahead == 77
+    finally:
+        peer.close()
+        link.stop()
 
 
 @pytest.mark.parametrize('name', ['quad_x', 'plane'])

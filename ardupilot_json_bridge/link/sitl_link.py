@@ -117,8 +117,8 @@ class SitlLink:
         self.after_reply = after_reply
         self.step_ahead = step_ahead
         self._ahead: Optional[ReplyAhead] = None
-        # Whether the datagram in hand was answered on arrival with _ahead's reply.
-        self._sent_ahead = False
+        # The reply the datagram in hand was answered with on arrival, until its handling ends.
+        self._sent_ahead: Optional[ReplyAhead] = None
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.link')
         self.warnings = RateLimitedLog(self.logger)
         self.stats = LinkStats()
@@ -200,16 +200,11 @@ class SitlLink:
             # The frame stepped ahead: its reply goes first, its handling (the same) after.
             self.stats.answered_on_arrival += 1
             self._send(ahead.reply, received)
-            self._sent_ahead = True  # until _answer finds that reply the frame's
+            self._sent_ahead = ahead
             try:
                 self._handle(data, sender, received)
             finally:
-                if self._sent_ahead:
-                    self._sent_ahead = False
-                    self.warnings.error('sent_ahead', f'{self._prefix}frame answered on '
-                                                      'arrival with a reply its handling did '
-                                                      'not give: the engine broke the rule of '
-                                                      'step_ahead')
+                self._sent_ahead = None
             return
         self._handle(data, sender, received)
 
@@ -320,8 +315,29 @@ class SitlLink:
         """
         if isinstance(published, Instant) and self._answer(packet, received, published):
             return True
-        self._reply(packet, received)
+        sent = self._sent_ahead
+        if sent is not None:
+            self._keep_sent_ahead(packet, sent, published)
+        else:
+            self._reply(packet, received)
         return False
+
+    def _keep_sent_ahead(self, packet: ServoPacket, sent: ReplyAhead, published: object) -> None:
+        """
+        Keep the reply a frame got on arrival where its handling gave no such reply.
+
+        on_frame failed (said already), or returned another Instant than step_ahead had: the
+        reply sent stands, for the state and for SITL's resends of the frame.
+        """
+        self._sent_ahead = None
+        if isinstance(published, Instant):
+            self.warnings.error('sent_ahead', f'{self._prefix}frame {packet.frame_count} was '
+                                              'answered on arrival with the step ahead, but '
+                                              'on_frame then gave another instant: the engine '
+                                              'broke the rule of step_ahead')
+        sequence = self.state.push_instant(sent.instant, served=True)
+        self.session.record_reply(packet.frame_count, sent.reply, sequence, sent.instant.stamp,
+                                  sent.timestamp)
 
     def _step_ahead(self, packet: ServoPacket, data: bytes) -> None:
         """Have the engine step the frame after packet (data) on a guess; encode its reply."""
@@ -358,22 +374,25 @@ class SitlLink:
         """
         state, session = self.state, self.session
         ahead, self._ahead = self._ahead, None
+        sent = self._sent_ahead
+        if sent is not None and sent.instant is not instant:
+            return False  # _serve keeps the reply sent on arrival
         last = session.last_stamp
         if state.grid or (last is not None and instant.stamp <= last):
             state.push_instant(instant)
             return False
         timestamp = session.timestamp_for(instant.stamp)
-        if ahead is not None and ahead.instant is instant and ahead.timestamp == timestamp:
+        if sent is not None:
+            data, self._sent_ahead = sent.reply, None  # sent on arrival
+        elif ahead is not None and ahead.instant is instant and ahead.timestamp == timestamp:
             data = ahead.reply
-            sent, self._sent_ahead = self._sent_ahead, False
+            self._send(data, received)
         else:
-            sent = False
             try:
                 data = self._encode(instant, timestamp)
             except ReplyError:
                 state.push_instant(instant)
                 return False
-        if not sent:
             self._send(data, received)
         sequence = state.push_instant(instant, served=True)
         session.record_reply(packet.frame_count, data, sequence, instant.stamp, timestamp)
@@ -511,7 +530,7 @@ class SitlLink:
                                       f'{packet.frame_count}: {reason}')
 
     def _send(self, data: bytes, received: float) -> None:
-        if self._sent_ahead:
+        if self._sent_ahead is not None:
             return  # the frame in hand was answered on arrival: one reply a frame
         try:
             self._sock.sendto(data, self._peer)

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 
 VIEWER_PERIOD = 1.0 / 60.0
+# Stepping ahead goes on while at least MIN_REPEATS of the recent frames (smoothed over about
+# 1 / REPEATS_SMOOTHING frames) repeat the PWM and rate of the frame before.
+MIN_REPEATS = 0.5
+REPEATS_SMOOTHING = 1.0 / 32.0
 
 
 def _ned(enu: Sequence[float]) -> Tuple[float, float, float]:
@@ -122,11 +126,13 @@ class MujocoLockStep:
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.mujoco')
         self.frames = 0
         # Stepping ahead: the frame last stepped (its packet and commands), the guess at the
-        # next, and how many guesses were kept and how many went back.
+        # next, how many guesses were kept and how many went back, and the share of recent
+        # frames that repeated the PWM and rate of the frame before (smoothed).
         self._stepped: Optional[Tuple[ServoPacket, List[float]]] = None
         self._ahead: Optional[SteppedAhead] = None
         self.kept_ahead = 0
         self.went_back = 0
+        self.repeats = 1.0
         self._pending: Optional[Tuple[VehicleState, Tuple[int, ...], List[float]]] = None
         self._viewer = None
         self._viewer_synced = 0.0
@@ -153,7 +159,11 @@ class MujocoLockStep:
             self._to_step = packet
             self.frames += 1
             return None
-        ahead = self._ahead
+        stepped, ahead = self._stepped, self._ahead
+        if stepped is not None:
+            before = stepped[0]
+            repeats = packet.pwm == before.pwm and packet.frame_rate == before.frame_rate
+            self.repeats += REPEATS_SMOOTHING * (repeats - self.repeats)
         if ahead is not None:
             self._ahead = None
             if packet.pwm == ahead.pwm and packet.frame_rate == ahead.frame_rate:
@@ -176,11 +186,14 @@ class MujocoLockStep:
 
         For after packet's reply (see the module's note); on_frame keeps the step if the
         frame does bring the same PWM and rate, or goes back. None (nothing stepped) unless
-        packet was the frame last stepped in lock-step, by a vehicle alone with no viewer.
+        packet was the frame last stepped in lock-step, by a vehicle alone with no viewer,
+        while most frames repeat the one before (repeats >= MIN_REPEATS: at SIM_RATE_HZ 400
+        every guess would be stepped twice, for nothing).
         """
         stepped = self._stepped
         if (stepped is None or stepped[0] is not packet or self._ahead is not None
-                or self.reply_first or self.world is not None or self._viewer is not None):
+                or self.repeats < MIN_REPEATS or self.reply_first or self.world is not None
+                or self._viewer is not None):
             return None
         self.vehicle.step_ahead(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
         reading = self.vehicle.state()
@@ -194,6 +207,7 @@ class MujocoLockStep:
         if self._ahead is not None:
             self._ahead = None
             self.vehicle.go_back()
+            self.went_back += 1
 
     def _prime(self, packet: ServoPacket) -> None:
         """
@@ -307,8 +321,7 @@ class MujocoLockStep:
         guesses = self.kept_ahead + self.went_back
         if guesses:
             self.logger.info(f'stepped ahead {guesses} times: {self.kept_ahead} frames '
-                             f'({self.kept_ahead / guesses:.0%}) brought the PWM guessed and '
-                             'were answered at once')
+                             f'({self.kept_ahead / guesses:.0%}) brought the PWM guessed')
         if self._viewer is not None:
             self._viewer.close()
         if self.recorder is not None and self.world is None:

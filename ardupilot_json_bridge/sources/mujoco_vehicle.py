@@ -33,7 +33,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
-from ardupilot_json_bridge.sources.wind import Wind
+from ardupilot_json_bridge.sources.wind import Wind, WindSnapshot
 
 MODELS_DIR = os.path.join(os.path.dirname(__file__), 'models')
 DEFAULT_MODEL = os.path.join(MODELS_DIR, 'quad_x.xml')
@@ -241,7 +241,8 @@ class MujocoVehicle:
         self.forwarded = False
         # Stepping ahead (a vehicle alone): what a step on a guess left behind, the data's
         # integration state among it.
-        self._behind: Optional[Tuple] = None
+        self._behind: Optional[Tuple[Tuple[float, ...], int, bool, WindSnapshot,
+                                     Optional[float]]] = None
         self._integration = mujoco.mjtState.mjSTATE_INTEGRATION
         self._state_behind: Optional[np.ndarray] = None
         if world is None:

@@ -10,6 +10,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+# The gusts' arrays and random state (None without gusts): what restore takes back.
+WindSnapshot = Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]
+
 
 class Wind:
     """A steady wind and its gusts; step() advances the gusts and returns the wind now."""
@@ -35,11 +38,11 @@ class Wind:
         """Whether there is no wind at all."""
         return not self.gust and not np.any(self.steady)
 
-    def snapshot(self) -> Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]:
+    def snapshot(self) -> WindSnapshot:
         """Return the gusts as they are (to restore): step replaces the arrays, never edits."""
         return self.gusts, self.now, self._random.bit_generator.state if self.gust else None
 
-    def restore(self, snapshot: Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]) -> None:
+    def restore(self, snapshot: WindSnapshot) -> None:
         """Return the gusts to a snapshot: the same wind follows as after it."""
         self.gusts, self.now, random = snapshot
         if random is not None:
