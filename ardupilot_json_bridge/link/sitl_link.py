@@ -353,10 +353,8 @@ class SitlLink:
                 or datagram is None):
             return
         timestamp = session.timestamp_for(instant.stamp)
-        settings = self.settings
         try:
-            reply, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
-                                                      settings.no_lockstep))
+            reply, dropped = self._encoded(instant, timestamp)
         except ReplyError:
             return
         # A reply leaving values out is encoded when it is sent, which warns of them.
@@ -423,11 +421,15 @@ class SitlLink:
                              timestamp)
         self.state.mark_served(instant.sequence)
 
+    def _encoded(self, instant: Instant, timestamp: float) -> Tuple[bytes, Tuple[str, ...]]:
+        """Return the reply for instant and the optional values it leaves out; ReplyError."""
+        settings = self.settings
+        return encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
+                                        settings.no_lockstep))
+
     def _encode(self, instant: Instant, timestamp: float) -> bytes:
         """Encode the reply for instant, warning of optional values left out; ReplyError."""
-        settings = self.settings
-        data, dropped = encode_reply(build_reply(instant, timestamp, settings.no_time_sync,
-                                                 settings.no_lockstep))
+        data, dropped = self._encoded(instant, timestamp)
         if dropped:
             self.warnings.warning('dropped', f'{self._prefix}left out optional values that are '
                                              f'not finite: {", ".join(dropped)}')

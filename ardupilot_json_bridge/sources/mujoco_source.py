@@ -68,11 +68,8 @@ def frame_instant(state: VehicleState) -> Instant:
 
 
 class SteppedAhead(NamedTuple):
-    """A frame stepped on a guess: the PWM and frame rate it assumed, and what it read."""
+    """A frame stepped on a guess (the PWM and rate of the frame stepped before): its reading."""
 
-    pwm: Tuple[int, ...]
-    frame_rate: int
-    commands: List[float]
     reading: VehicleState
     instant: Instant
 
@@ -159,18 +156,20 @@ class MujocoLockStep:
             self._to_step = packet
             self.frames += 1
             return None
-        stepped, ahead = self._stepped, self._ahead
+        stepped, ahead, repeats = self._stepped, self._ahead, False
         if stepped is not None:
             before = stepped[0]
             repeats = packet.pwm == before.pwm and packet.frame_rate == before.frame_rate
             self.repeats += REPEATS_SMOOTHING * (repeats - self.repeats)
         if ahead is not None:
+            # A guess is made for the frame last stepped only: it assumed that frame's PWM.
             self._ahead = None
-            if packet.pwm == ahead.pwm and packet.frame_rate == ahead.frame_rate:
+            if repeats:
+                commands = stepped[1]
                 self.vehicle.keep_ahead()
                 self.kept_ahead += 1
-                self._stepped = (packet, ahead.commands)
-                self._pending = (ahead.reading, packet.pwm, ahead.commands)
+                self._stepped = (packet, commands)
+                self._pending = (ahead.reading, packet.pwm, commands)
                 self._check(ahead.reading, packet.pwm)
                 self.frames += 1
                 return ahead.instant
@@ -198,7 +197,7 @@ class MujocoLockStep:
         self.vehicle.step_ahead(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
         reading = self.vehicle.state()
         instant = frame_instant(reading)
-        self._ahead = SteppedAhead(packet.pwm, packet.frame_rate, stepped[1], reading, instant)
+        self._ahead = SteppedAhead(reading, instant)
         return instant
 
     def _go_back(self) -> None:
