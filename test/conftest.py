@@ -5,7 +5,7 @@ import os
 import random
 import socket
 import subprocess
-from typing import Iterator, List
+from typing import Iterator, List, Set, Tuple
 
 import pytest
 
@@ -21,8 +21,47 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
+_DDS_PORT_BASE = 7400   # RTPS port base; each ROS domain takes the 250 ports after its own
+_DDS_DOMAIN_GAIN = 250
+_FIRST_TEST_PORT = 10000   # above SITL's own 5760 + 10 N and 9002 + 10 N of the first instances
+_handed_out: Set[int] = set()
+_port_choice = random.Random()
+
+
+def _ephemeral_ports() -> Tuple[int, int]:
+    """Return the kernel's range for ports bound to 0 (Linux's default where it cannot be read)."""
+    try:
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as ports:
+            low, high = (int(word) for word in ports.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_udp_port() -> int:
-    """Return a UDP port nothing on loopback holds right now."""
+    """
+    Return a UDP port nothing on loopback holds right now, and nothing will take by chance.
+
+    A port the kernel picks for a bind to 0 is free only until the next bind to 0: this
+    process's own SITL peer or DDS sockets may be handed it before the link binds it. So
+    the port comes from below the kernel's ephemeral range, outside this ROS domain's DDS
+    ports, and is never handed out twice in one test run.
+    """
+    low = _FIRST_TEST_PORT
+    high = _ephemeral_ports()[0] - 1
+    dds_first = _DDS_PORT_BASE + _DDS_DOMAIN_GAIN * int(os.environ.get('ROS_DOMAIN_ID', '0'))
+    dds_ports = range(dds_first, dds_first + _DDS_DOMAIN_GAIN)
+    for _ in range(200 if high - low > 1000 else 0):
+        port = _port_choice.randint(low, high)
+        if port in _handed_out or port in dds_ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.bind(('127.0.0.1', port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(('127.0.0.1', 0))
         return sock.getsockname()[1]
