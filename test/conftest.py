@@ -49,7 +49,7 @@ def free_udp_port() -> int:
     """
     low = _FIRST_TEST_PORT
     high = _ephemeral_ports()[0] - 1
-    dds_first = _DDS_PORT_BASE + _DDS_DOMAIN_GAIN * int(os.environ.get('ROS_DOMAIN_ID', '0'))
+    dds_first = _DDS_PORT_BASE + _DDS_DOMAIN_GAIN * int(os.environ['ROS_DOMAIN_ID'])
     dds_ports = range(dds_first, dds_first + _DDS_DOMAIN_GAIN)
     for _ in range(200 if high - low > 1000 else 0):
         port = _port_choice.randint(low, high)

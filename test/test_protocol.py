@@ -1,10 +1,13 @@
 """Servo packet decoding and reply encoding, against the rules of shared/spec/json-sitl.md."""
 
+import ctypes
+import ctypes.util
 from dataclasses import replace
 import json
 import math
 import struct
 
+import numpy as np
 import pytest
 
 from ardupilot_json_bridge.core.protocol import (
@@ -64,9 +67,54 @@ def test_reply_is_framed_compact_one_line_json():
     assert text.count('\n') == 2
     assert ': ' not in text and ', ' not in text and ' ' not in text
     document = json.loads(text)
-    assert document['imu']['accel_body'] == [0.5, -0.25, -9.80665]
+    # Written as the float32 SITL stores (numpy's rounding), in as many digits as it needs.
+    stored = np.float32((0.5, -0.25, -9.80665))
+    assert list(np.float32(document['imu']['accel_body'])) == list(stored)
+    assert document['position'] == [10.0, -20.0, -5.5]
     assert document['no_time_sync'] == 1 and document['no_lockstep'] == 1
     assert 'true' not in text and 'false' not in text
+
+
+def sitl_parser():
+    """Return C's strtof and strtod (SITL's sscanf %f and atof), or skip without a C library."""
+    name = ctypes.util.find_library('c')
+    if name is None:
+        pytest.skip('no C library to read numbers as SITL does')
+    libc = ctypes.CDLL(name)
+    for function, kind in ((libc.strtof, ctypes.c_float), (libc.strtod, ctypes.c_double)):
+        function.restype = kind
+        function.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
+    return (lambda token: libc.strtof(token.encode(), None),
+            lambda token: libc.strtod(token.encode(), None))
+
+
+def spread_values(count: int) -> list:
+    """Values over every magnitude a float32 holds, signed, with the awkward ones."""
+    rng = np.random.default_rng(21)
+    values = rng.uniform(-1.0, 1.0, count) * 10.0 ** rng.uniform(-44.0, 38.0, count)
+    return [0.0, -0.0, 0.1, 9.80665, -9.80665, 1e-45, 1.4e-45, 1e-40, 3.4028234663852886e38,
+            -3.4e38, 1e9, 123456789.0, 0.7071067811865476, 1.0 - 1e-12] + values.tolist()
+
+
+def test_sitl_stores_the_same_values_as_from_every_digit():
+    strtof, strtod = sitl_parser()
+    values = spread_values(4000)
+    float_fields = ('gyro', 'accel_body', 'velocity')
+    for start in range(0, len(values) - 12, 13):
+        chunk = values[start:start + 13]
+        reply = SensorReply(timestamp=abs(chunk[0]), gyro=tuple(chunk[0:3]),
+                            accel_body=tuple(chunk[3:6]), position=tuple(chunk[6:9]),
+                            velocity=tuple(chunk[9:12]), quaternion=tuple(chunk[9:13]))
+        document = json.loads(encode_reply(reply)[0], parse_float=str, parse_int=str)
+        sent = {name: getattr(reply, name) for name in float_fields + ('quaternion',)}
+        written = dict(document['imu'], velocity=document['velocity'],
+                       quaternion=document['quaternion'])
+        for name, numbers in sent.items():
+            # Bit for bit, -0.0 included: what SITL's sscanf made of repr's every digit.
+            assert [struct.pack('<f', strtof(token)) for token in written[name]] == [
+                struct.pack('<f', strtof(repr(value))) for value in numbers], (name, numbers)
+        assert [strtod(token) for token in document['position']] == list(reply.position)
+        assert strtod(document['timestamp']) == reply.timestamp
 
 
 def test_reply_key_order_is_substring_safe():
