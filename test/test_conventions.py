@@ -281,21 +281,26 @@ def test_live_judge_warns_once_when_a_check_turns_wrong(caplog):
     assert {c.name for c in live.latest if c.verdict == WRONG} == {'twist frame'}
 
 
-def test_frames_handed_over_in_one_append_are_judged_as_samples_added_one_by_one():
+@pytest.mark.parametrize('window', [10.0, 1.5])  # 1.5: the older frames go unread
+def test_frames_handed_over_in_one_append_are_judged_as_samples_added_one_by_one(window):
     stream = ros_motion.Stream(seconds=4.0, imu_rate=400.0, odom_rate=400.0,
                                faults=('world_twist',))
     imu, odometry = list(ros_motion.imu_samples(stream)), list(
         ros_motion.odometry_samples(stream))
     assert [s[0] for s in imu] == [s[0] for s in odometry]  # one frame, one instant
     pwm = (1500,) * 4 + (0,) * 12
-    one_by_one, handed_over = ConventionChecker(window=10.0), ConventionChecker(window=10.0)
-    for (stamp, gyro, accel), (_, position, orientation, linear) in zip(imu, odometry):
+    one_by_one, handed_over = ConventionChecker(window=window), ConventionChecker(window=window)
+    for index, ((stamp, gyro, accel), (_, position, orientation, linear)) in enumerate(
+            zip(imu, odometry)):
+        if index == len(imu) // 2:
+            handed_over.checks()  # takes the frames so far: the rest go in on top
         one_by_one.add_imu(stamp, gyro, accel)
         one_by_one.add_odometry(stamp, position, orientation, linear)
         one_by_one.add_pwm(stamp, pwm)
         handed_over.add_frame(stamp, tuple(gyro), tuple(accel), tuple(position),
                               tuple(orientation), tuple(linear), pwm)
     expected, checks = one_by_one.checks(), handed_over.checks()
+    assert checks[0].measured == expected[0].measured  # the same samples held
     assert [(c.name, c.verdict, c.measured) for c in checks] == [
         (c.name, c.verdict, c.measured) for c in expected]
     assert 'odom_twist_frame: world' in wrong(checks).get('twist frame', ''), format_table(

@@ -92,6 +92,7 @@ class ConventionChecker:
         with self._lock:
             self._take_frames()
             self._add_imu(stamp, gyro, accel)
+            self._trim(self._imu)
 
     def add_odometry(self, stamp: float, position: Sequence[float],
                      orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
@@ -99,12 +100,14 @@ class ConventionChecker:
         with self._lock:
             self._take_frames()
             self._add_odometry(stamp, position, orientation_xyzw, linear)
+            self._trim(self._odometry)
 
     def add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
         """Add the PWM SITL sent (us per SERVO channel) and the physics time it applies at."""
         with self._lock:
             self._take_frames()
             self._add_pwm(stamp, pwm)
+            self._trim(self._pwm)
 
     def add_frame(self, stamp: float, gyro: Sequence[float], accel: Sequence[float],
                   position: Sequence[float], orientation_xyzw: Sequence[float],
@@ -120,19 +123,31 @@ class ConventionChecker:
         self._frames.append((stamp, gyro, accel, position, orientation_xyzw, linear, pwm))
 
     def _take_frames(self) -> None:
-        """Add the frames handed over by add_frame, oldest first (under the lock)."""
+        """
+        Add the frames handed over by add_frame, oldest first (under the lock).
+
+        Frames older than the window before the newest would be trimmed as soon as added:
+        they are dropped unread (a lock-step engine starts over with clear, not a jump). The
+        samples are trimmed to the window once, after the last.
+        """
         frames = self._frames
+        if not frames:
+            return
+        horizon = frames[-1][0] - self.window
+        while frames[0][0] < horizon:
+            frames.popleft()
         while frames:
             stamp, gyro, accel, position, orientation, linear, pwm = frames.popleft()
             self._add_imu(stamp, gyro, accel)
             self._add_odometry(stamp, position, orientation, linear)
             self._add_pwm(stamp, pwm)
+        for samples in (self._imu, self._odometry, self._pwm):
+            self._trim(samples)
 
     def _add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         sample = (float(stamp), *map(float, gyro), *map(float, accel))
         if self._admitted(sample, 'IMU'):
             self._imu.append(sample)
-            self._trim(self._imu)
 
     def _add_odometry(self, stamp: float, position: Sequence[float],
                       orientation_xyzw: Sequence[float], linear: Sequence[float]) -> None:
@@ -140,14 +155,12 @@ class ConventionChecker:
                   *map(float, linear))
         if self._admitted(sample, 'odometry'):
             self._odometry.append(sample)
-            self._trim(self._odometry)
 
     def _add_pwm(self, stamp: float, pwm: Sequence[int]) -> None:
-        channels = tuple(float(v) for v in pwm[:PWM_CHANNELS])
+        channels = tuple(map(float, pwm[:PWM_CHANNELS]))
         sample = (float(stamp), *channels, *(0.0,) * (PWM_CHANNELS - len(channels)))
         if self._admitted(sample, 'PWM'):
             self._pwm.append(sample)
-            self._trim(self._pwm)
 
     def _admitted(self, sample: Tuple[float, ...], name: str) -> bool:
         """
