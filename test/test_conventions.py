@@ -10,7 +10,7 @@ import json
 import logging
 import subprocess
 import sys
-from typing import List
+from typing import Any, List
 
 from hypothesis import given, settings, strategies as st
 import numpy as np
@@ -300,7 +300,8 @@ def test_frames_handed_over_in_one_append_are_judged_as_samples_added_one_by_one
         handed_over.add_frame(stamp, tuple(gyro), tuple(accel), tuple(position),
                               tuple(orientation), tuple(linear), pwm)
     expected, checks = one_by_one.checks(), handed_over.checks()
-    assert checks[0].measured == expected[0].measured  # the same samples held
+    for held in ('_imu', '_odometry', '_pwm'):  # the same samples held
+        assert list(getattr(handed_over, held)) == list(getattr(one_by_one, held)), held
     assert [(c.name, c.verdict, c.measured) for c in checks] == [
         (c.name, c.verdict, c.measured) for c in expected]
     assert 'odom_twist_frame: world' in wrong(checks).get('twist frame', ''), format_table(
@@ -309,6 +310,39 @@ def test_frames_handed_over_in_one_append_are_judged_as_samples_added_one_by_one
                           (0.0, 0.0, 0.0, 1.0), (0.0,) * 3, pwm)
     handed_over.clear()  # a restart forgets the frames not yet judged too
     assert handed_over.checks()[0].measured.startswith('0 IMU and 0 odometry')
+
+
+def _level_frame(checker: ConventionChecker, stamp: Any) -> None:
+    checker.add_frame(stamp, (0.0,) * 3, (0.0, 0.0, 9.8), (0.0,) * 3, (0.0, 0.0, 0.0, 1.0),
+                      (0.0,) * 3, (1500,) * 4)
+
+
+def test_a_clock_jump_among_frames_older_than_the_window_is_counted():
+    # 30 s to 35 s, back to 1 s (a simulator reset) and on to 60 s, handed over at once with
+    # a 20 s window: the frames before 40 s are older than the window, the jump among them.
+    handed_over, one_by_one = ConventionChecker(window=20.0), ConventionChecker(window=20.0)
+    stamps = [30.0 + k / 10 for k in range(51)] + [1.0 + k / 10 for k in range(591)]
+    for stamp in stamps:
+        _level_frame(handed_over, stamp)
+        _level_frame(one_by_one, stamp)
+        one_by_one.checks()
+    handed_over.checks()
+    assert (handed_over.jump_count, handed_over.last_jump) == (1, (35.0, 1.0))
+    assert (one_by_one.jump_count, one_by_one.last_jump) == (1, (35.0, 1.0))
+    assert [s[0] for s in handed_over._imu] == [s[0] for s in one_by_one._imu]
+
+
+def test_a_frame_stamped_with_no_number_raises_once_and_the_frames_after_it_are_read():
+    checker = ConventionChecker(window=1.0)
+    _level_frame(checker, None)
+    for k in range(1, 401):
+        _level_frame(checker, k / 200)
+    with pytest.raises(TypeError):
+        checker.checks()
+    _level_frame(checker, 2.005)
+    checker.checks()
+    held = [k / 200 for k in range(1, 401)] + [2.005]
+    assert [s[0] for s in checker._imu] == [t for t in held if 2.005 - t <= 1.0]
 
 
 def test_a_vibration_quicker_than_the_odometry_is_no_gravity_fault():

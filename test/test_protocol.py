@@ -110,11 +110,30 @@ def test_sitl_stores_the_same_values_as_from_every_digit():
         written = dict(document['imu'], velocity=document['velocity'],
                        quaternion=document['quaternion'])
         for name, numbers in sent.items():
-            # Bit for bit, -0.0 included: what SITL's sscanf made of repr's every digit.
+            # Bit for bit, -0.0 included: what SITL's sscanf made of repr's every digit (no
+            # value here is exactly halfway between two floats: see the next test).
             assert [struct.pack('<f', strtof(token)) for token in written[name]] == [
                 struct.pack('<f', strtof(repr(value))) for value in numbers], (name, numbers)
         assert [strtod(token) for token in document['position']] == list(reply.position)
         assert strtod(document['timestamp']) == reply.timestamp
+
+
+def test_a_value_halfway_between_two_floats_is_stored_one_step_from_every_digit_at_most():
+    # SITL's parse of repr's digits rounds a halfway value by the digits past the double it
+    # names; the float32 cast rounds it to the even neighbour. Halfway values from numpy.
+    strtof, _ = sitl_parser()
+    lows = np.array([1.0, 0.1, 9.80665, -0.7071067811865476, 3.0e-30, 12345.678], np.float32)
+    highs = np.nextafter(lows, np.float32(np.inf))
+    for low, high in zip(lows, highs):
+        halfway = (float(low) + float(high)) / 2  # exact in a double
+        assert float(low) < halfway < float(high)
+        reply = replace(FULL_REPLY, gyro=(halfway, 0.0, 0.0))
+        (token, _, _) = json.loads(encode_reply(reply)[0], parse_float=str,
+                                   parse_int=str)['imu']['gyro']
+        stored = strtof(token)
+        assert stored == float(np.float32(halfway)), (halfway, token)
+        assert stored in (float(low), float(high))
+        assert abs(stored - strtof(repr(halfway))) <= float(high) - float(low)
 
 
 def test_reply_key_order_is_substring_safe():
@@ -166,11 +185,18 @@ def test_minimal_reply_has_only_mandatory_keys():
     ('gyro', (math.nan, 0.0, 0.0)), ('accel_body', (0.0, math.inf, 0.0)),
     ('position', (0.0, 0.0, -math.inf)), ('velocity', (1e39, 0.0, 0.0)),
     ('quaternion', (math.nan, 0.0, 0.0, 0.0)), ('timestamp', math.nan),
-    ('timestamp', -1.0),
+    ('timestamp', -1.0), ('timestamp', 10 ** 400), ('gyro', None), ('position', (0.0, 'up', 0.0)),
+    ('quaternion', (1.0, 0.0, 0.0)), ('velocity', (0.0, 0.0, 0.0, 0.0)),
 ])
-def test_non_finite_mandatory_value_means_no_reply(field, value):
+def test_a_mandatory_value_that_is_no_finite_number_means_no_reply(field, value):
     reply = replace(FULL_REPLY, **{field: value})
     with pytest.raises(ReplyError, match=field):
+        encode_reply(reply)
+
+
+def test_fields_of_the_wrong_size_mean_no_reply_though_the_numbers_add_up():
+    reply = replace(FULL_REPLY, gyro=(0.0, 0.0, 0.0, 0.0), accel_body=(0.0, -9.8))
+    with pytest.raises(ReplyError, match='imu.gyro is not 3 number'):
         encode_reply(reply)
 
 

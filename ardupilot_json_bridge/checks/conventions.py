@@ -127,22 +127,32 @@ class ConventionChecker:
         Add the frames handed over by add_frame, oldest first (under the lock).
 
         Frames older than the window before the newest would be trimmed as soon as added:
-        they are dropped unread (a lock-step engine starts over with clear, not a jump). The
-        samples are trimmed to the window once, after the last.
+        they are dropped unread, up to the last before time goes back (it is added, so the
+        jump is seen). The samples are trimmed to the window once, after the last.
         """
         frames = self._frames
         if not frames:
             return
-        horizon = frames[-1][0] - self.window
-        while frames[0][0] < horizon:
-            frames.popleft()
-        while frames:
-            stamp, gyro, accel, position, orientation, linear, pwm = frames.popleft()
-            self._add_imu(stamp, gyro, accel)
-            self._add_odometry(stamp, position, orientation, linear)
-            self._add_pwm(stamp, pwm)
-        for samples in (self._imu, self._odometry, self._pwm):
-            self._trim(samples)
+        try:
+            horizon = frames[-1][0] - self.window
+            previous = self._newest.get('IMU', (-math.inf, 0))[0] - CLOCK_JUMP
+            dropped = None
+            while previous <= frames[0][0] < horizon:
+                dropped = frames.popleft()
+                previous = dropped[0]
+            if dropped is not None and frames[0][0] < previous:
+                frames.appendleft(dropped)  # time went back: the frame before shows the jump
+        except TypeError:  # a stamp that is not a number: the frame is read, and raises, below
+            pass
+        try:
+            while frames:
+                stamp, gyro, accel, position, orientation, linear, pwm = frames.popleft()
+                self._add_imu(stamp, gyro, accel)
+                self._add_odometry(stamp, position, orientation, linear)
+                self._add_pwm(stamp, pwm)
+        finally:
+            for samples in (self._imu, self._odometry, self._pwm):
+                self._trim(samples)
 
     def _add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         sample = (float(stamp), *map(float, gyro), *map(float, accel))

@@ -156,55 +156,55 @@ def _array(values: Sequence[float]) -> str:
 # The mandatory keys in one format: a reply is built once per SITL frame, at up to 1200 Hz.
 # SITL keeps the timestamp and position as doubles (%r: every digit) and parses the rest into
 # floats with sscanf's %f; those are rounded to float32 here and written in 9 digits (%.9g),
-# which read back to exactly that float: the values SITL holds are the same, the text half.
+# which read back to exactly that float. SITL holds the values it held from every digit,
+# except a value exactly halfway between two floats, which the cast rounds to even and a
+# parse of every digit rounds up or down by its further digits: one float32 step.
 MANDATORY_FORMAT = (
     '\n{"timestamp":%r,"imu":{"gyro":[%.9g,%.9g,%.9g],"accel_body":[%.9g,%.9g,%.9g]},'
     '"position":[%r,%r,%r],"quaternion":[%.9g,%.9g,%.9g,%.9g],"velocity":[%.9g,%.9g,%.9g]')
-MANDATORY_FIELDS = (('timestamp', 1), ('imu.gyro', 3), ('imu.accel_body', 3), ('position', 3),
-                    ('quaternion', 4), ('velocity', 3))
-MANDATORY_COUNT = sum(count for _, count in MANDATORY_FIELDS)
+# Each key, the SensorReply field that holds it, and how many numbers it takes.
+MANDATORY_FIELDS = (('timestamp', 'timestamp', 1), ('imu.gyro', 'gyro', 3),
+                    ('imu.accel_body', 'accel_body', 3), ('position', 'position', 3),
+                    ('quaternion', 'quaternion', 4), ('velocity', 'velocity', 3))
 # As SITL stores them: a C cast to float rounds to nearest, as SITL's own parse does.
 MANDATORY_STORAGE = struct.Struct('<d6f3d7f')
 
 
 def _mandatory(reply: SensorReply) -> str:
-    values = (reply.timestamp, *reply.gyro, *reply.accel_body, *reply.position,
-              *reply.quaternion, *reply.velocity)
     try:
-        stored = MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(*values))
-    except (struct.error, TypeError, OverflowError):  # not 17 floats, or beyond float32
-        stored = _stored_mandatory(values)
+        gx, gy, gz = reply.gyro
+        ax, ay, az = reply.accel_body
+        px, py, pz = reply.position
+        qw, qx, qy, qz = reply.quaternion
+        vx, vy, vz = reply.velocity
+        stored = MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(
+            reply.timestamp, gx, gy, gz, ax, ay, az, px, py, pz, qw, qx, qy, qz, vx, vy, vz))
+    except (ValueError, TypeError, struct.error, OverflowError):  # beyond float32, or no number
+        stored = _stored_mandatory(reply)
     text = MANDATORY_FORMAT % stored
     # No key holds 'nan', 'inf' or 'e+', so the text shows at once whether a value may be wrong.
     if 'nan' in text or 'inf' in text or 'e+' in text or stored[0] < 0.0:
-        _stored_mandatory(values)
+        _stored_mandatory(reply)
     return text
 
 
-def _stored_mandatory(values: Tuple[float, ...]) -> Tuple[float, ...]:
+def _stored_mandatory(reply: SensorReply) -> Tuple[float, ...]:
     """Return the values as SITL stores them; raise ReplyError saying which is wrong, if one is."""
-    if len(values) != MANDATORY_COUNT:
-        raise ReplyError(f'mandatory values are not {MANDATORY_COUNT} numbers: {values!r}')
-    try:
-        floats = tuple(map(float, values))
-    except (TypeError, ValueError):
-        raise ReplyError(f'mandatory values are not numbers: {values!r}') from None
-    for value in floats:
-        if not -FLOAT32_MAX <= value <= FLOAT32_MAX:
-            raise ReplyError(_not_finite(floats))
-    if floats[0] < 0.0:
-        raise ReplyError(f'timestamp is not a finite physics time: {floats[0]!r}')
-    return MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(*floats))
-
-
-def _not_finite(values: Tuple[float, ...]) -> str:
-    index = 0
-    for name, count in MANDATORY_FIELDS:
-        field = values[index:index + count]
-        if not all(map(_finite, field)):
-            return f'{name} is not finite: {field}'
-        index += count
-    return 'a mandatory value is not finite'
+    values: List[float] = []
+    for key, name, count in MANDATORY_FIELDS:
+        field = getattr(reply, name)
+        try:
+            numbers = [float(field)] if count == 1 else [float(v) for v in field]
+        except (TypeError, ValueError, OverflowError):
+            raise ReplyError(f'{key} is not {count} number(s): {field!r}') from None
+        if len(numbers) != count:
+            raise ReplyError(f'{key} is not {count} number(s): {field!r}')
+        if not all(map(_finite, numbers)):
+            raise ReplyError(f'{key} is not finite: {field!r}')
+        values.extend(numbers)
+    if values[0] < 0.0:
+        raise ReplyError(f'timestamp is not a finite physics time: {values[0]!r}')
+    return MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(*values))
 
 
 def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
