@@ -378,7 +378,7 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
 
 
 def parameter_table() -> str:
-    """Return the fixed parameters as README.md's Markdown table (a test keeps them equal)."""
+    """Return the fixed parameters as docs/parameters.md's Markdown table (a test compares)."""
     rows = ['| parameter | default | description |', '| --- | --- | --- |']
     for spec in PARAMETERS:
         default = spec.default

@@ -149,10 +149,17 @@ def test_sample_bag_ships_and_is_small():
     assert size < 100_000
 
 
-def test_readme_parameter_table_is_current():
+def test_the_documented_parameter_table_is_current():
     from ardupilot_json_bridge.config import parameter_table
+    with open(os.path.join(ROOT, 'docs', 'parameters.md')) as reference:
+        assert parameter_table() in reference.read()
+
+
+def test_every_page_the_readme_links_to_exists():
     with open(os.path.join(ROOT, 'README.md')) as readme:
-        assert parameter_table() in readme.read()
+        links = re.findall(r'\]\((docs/[^)#]+)', readme.read())
+    assert 'docs/parameters.md' in links
+    assert [link for link in links if not os.path.isfile(os.path.join(ROOT, link))] == []
 
 
 def test_readme_commands_are_what_ci_runs():
