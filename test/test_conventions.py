@@ -8,6 +8,7 @@ wrong verdict; a resting vehicle gives gravity verdicts and undecided for the re
 
 import json
 import logging
+import math
 import subprocess
 import sys
 from typing import Any, List
@@ -312,37 +313,81 @@ def test_frames_handed_over_in_one_append_are_judged_as_samples_added_one_by_one
     assert handed_over.checks()[0].measured.startswith('0 IMU and 0 odometry')
 
 
-def _level_frame(checker: ConventionChecker, stamp: Any) -> None:
-    checker.add_frame(stamp, (0.0,) * 3, (0.0, 0.0, 9.8), (0.0,) * 3, (0.0, 0.0, 0.0, 1.0),
+JUDGE = 'judge'  # in a scenario's stamps: a judgement of the frames handed over so far
+
+
+def _level_frame(checker: ConventionChecker, stamp: Any, gyro: tuple = (0.0,) * 3) -> None:
+    checker.add_frame(stamp, gyro, (0.0, 0.0, 9.8), (0.0,) * 3, (0.0, 0.0, 0.0, 1.0),
                       (0.0,) * 3, (1500,) * 4)
 
 
-def test_a_clock_jump_among_frames_older_than_the_window_is_counted():
-    # 30 s to 35 s, back to 1 s (a simulator reset) and on to 60 s, handed over at once with
-    # a 20 s window: the frames before 40 s are older than the window, the jump among them.
-    handed_over, one_by_one = ConventionChecker(window=20.0), ConventionChecker(window=20.0)
-    stamps = [30.0 + k / 10 for k in range(51)] + [1.0 + k / 10 for k in range(591)]
+def _steps(first: float, count: int, step: float) -> List[float]:
+    return [first + k * step for k in range(count)]
+
+
+# Stamps (and where a judgement falls) that frames older than the window may be dropped from.
+HAND_OVER_SCENARIOS = {
+    # 30 s to 35 s, back to 1 s (a reset) and on to 60 s: the jump among the dropped frames.
+    'jump among the old frames': (20.0, _steps(30.0, 51, 0.1) + _steps(1.0, 591, 0.1), ()),
+    'jump after a judgement': (20.0, _steps(30.0, 51, 0.1) + [JUDGE] + _steps(1.0, 591, 0.1),
+                               ()),
+    # The IMU refused throughout: the jump is seen on the odometry's clock.
+    'jump with the imu refused': (20.0, _steps(90.0, 101, 0.1) + [JUDGE]
+                                  + _steps(50.0, 301, 0.1), 'all'),
+    'not finite among the old frames': (1.0, _steps(0.005, 400, 0.005), (10, 11)),
+    # k / 1200: a stamp the window's length before the newest, as the trim reckons it.
+    'at the edge of the window': (20.0, [k / 1200 for k in range(1, 24004)], ()),
+    'newest not finite': (1.0, _steps(0.005, 100, 0.005) + [math.inf], ()),
+}
+
+
+@pytest.mark.parametrize('scenario', sorted(HAND_OVER_SCENARIOS))
+def test_frames_dropped_unread_leave_what_adding_them_one_by_one_leaves(scenario):
+    window, stamps, refused = HAND_OVER_SCENARIOS[scenario]
+    handed_over, one_by_one = ConventionChecker(window=window), ConventionChecker(window=window)
+    frame = 0
     for stamp in stamps:
-        _level_frame(handed_over, stamp)
-        _level_frame(one_by_one, stamp)
-        one_by_one.checks()
-    handed_over.checks()
-    assert (handed_over.jump_count, handed_over.last_jump) == (1, (35.0, 1.0))
-    assert (one_by_one.jump_count, one_by_one.last_jump) == (1, (35.0, 1.0))
-    assert [s[0] for s in handed_over._imu] == [s[0] for s in one_by_one._imu]
+        if stamp == JUDGE:
+            handed_over.checks()
+            continue
+        gyro = (math.nan, 0.0, 0.0) if refused == 'all' or frame in refused else (0.0,) * 3
+        _level_frame(handed_over, stamp, gyro)
+        _level_frame(one_by_one, stamp, gyro)
+        one_by_one.checks() if frame % 97 == 0 else None
+        frame += 1
+    checks, expected = handed_over.checks(), one_by_one.checks()
+    for held in ('_imu', '_odometry', '_pwm'):
+        assert list(getattr(handed_over, held)) == list(getattr(one_by_one, held)), held
+    assert (handed_over.jump_count, handed_over.last_jump, handed_over.rejected) == (
+        one_by_one.jump_count, one_by_one.last_jump, one_by_one.rejected)
+    assert [(c.name, c.verdict) for c in checks] == [(c.name, c.verdict) for c in expected]
+    if 'jump' in scenario:
+        assert handed_over.jump_count == 1
+    if scenario == 'not finite among the old frames':
+        assert handed_over.rejected['IMU'] == 2
 
 
-def test_a_frame_stamped_with_no_number_raises_once_and_the_frames_after_it_are_read():
+@pytest.mark.parametrize('where,last_read', [('first', 1.5), ('among', 2.5), ('last', 3.0)])
+@pytest.mark.parametrize('stamp', [None, np.array([0.0, 0.1])], ids=['none', 'array'])
+def test_a_frame_stamped_with_no_number_raises_once_and_the_frames_after_it_are_read(
+        stamp, where, last_read):
     checker = ConventionChecker(window=1.0)
-    _level_frame(checker, None)
-    for k in range(1, 401):
+    for k in range(1, 301):
         _level_frame(checker, k / 200)
+    checker.checks()  # holds 0.5 s to 1.5 s
+    for k in range(301, 601):
+        if (where, k) in (('first', 301), ('among', 501)):
+            _level_frame(checker, stamp)
+        _level_frame(checker, k / 200)
+    if where == 'last':
+        _level_frame(checker, stamp)
     with pytest.raises(TypeError):
         checker.checks()
-    _level_frame(checker, 2.005)
+    # The samples read before the bad frame are trimmed to the window all the same.
+    held = [s[0] for s in checker._imu]
+    assert held[-1] == last_read and held[-1] - held[0] <= 1.0, held
     checker.checks()
-    held = [k / 200 for k in range(1, 401)] + [2.005]
-    assert [s[0] for s in checker._imu] == [t for t in held if 2.005 - t <= 1.0]
+    assert [s[0] for s in checker._imu] == [k / 200 for k in range(400, 601)]
 
 
 def test_a_vibration_quicker_than_the_odometry_is_no_gravity_fault():

@@ -12,13 +12,14 @@ import math
 import subprocess
 import sys
 from typing import List, Optional
+import warnings
 
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
-from ardupilot_json_bridge.checks.layout import NAME, quad_verdict
+from ardupilot_json_bridge.checks.layout import NAME, plant_fit, quad_verdict
 from ardupilot_json_bridge.checks.live import LiveConventions
 from ardupilot_json_bridge.checks.verdicts import Check, format_table, OK, UNDECIDED, WRONG
 from ardupilot_json_bridge.sources.bagfile import write_bag
@@ -229,3 +230,10 @@ def test_only_roll_and_pitch_decide_a_quad_layout(vehicle, sitl, verdict):
         # FRAME_TYPE from AP_Motors_Class.h: 0 PLUS, 1 X (never 3, H, from a yaw fit).
         expected = {'X': 1, 'H': 1, 'PLUS': 0}[vehicle]
         assert f'FRAME_CLASS 1 and FRAME_TYPE {expected} ' in check.fix, check.fix
+
+
+def test_a_body_that_never_accelerates_fits_no_plant_and_warns_nothing():
+    demands = np.random.default_rng(3).uniform(-100.0, 100.0, (400, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # numpy's 0 / 0 would be a RuntimeWarning
+        assert plant_fit(demands, np.zeros((400, 3))) is None

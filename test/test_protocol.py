@@ -133,7 +133,14 @@ def test_a_value_halfway_between_two_floats_is_stored_one_step_from_every_digit_
         stored = strtof(token)
         assert stored == float(np.float32(halfway)), (halfway, token)
         assert stored in (float(low), float(high))
-        assert abs(stored - strtof(repr(halfway))) <= float(high) - float(low)
+        assert strtof(repr(halfway)) in (float(low), float(high))
+    # By hand: 1 + 2**-24 lies halfway between 1 and 1 + 2**-23; its repr, 1.0000000596046448,
+    # lies just above it, so every digit reads 1 + 2**-23 where the cast gives the even 1.
+    assert repr(1 + 2 ** -24) == '1.0000000596046448'
+    assert strtof('1.0000000596046448') == 1 + 2 ** -23
+    gyro = json.loads(encode_reply(replace(FULL_REPLY, gyro=(1 + 2 ** -24, 0.0, 0.0)))[0],
+                      parse_float=str, parse_int=str)['imu']['gyro']
+    assert strtof(gyro[0]) == 1.0
 
 
 def test_reply_key_order_is_substring_safe():
@@ -187,6 +194,8 @@ def test_minimal_reply_has_only_mandatory_keys():
     ('quaternion', (math.nan, 0.0, 0.0, 0.0)), ('timestamp', math.nan),
     ('timestamp', -1.0), ('timestamp', 10 ** 400), ('gyro', None), ('position', (0.0, 'up', 0.0)),
     ('quaternion', (1.0, 0.0, 0.0)), ('velocity', (0.0, 0.0, 0.0, 0.0)),
+    ('position', (1e39, 0.0, 0.0)), ('gyro', (3.5e38, 0.0, 0.0)), ('timestamp', '5.0'),
+    ('position', (0.0, '1e3', 0.0)), ('gyro', '123'),
 ])
 def test_a_mandatory_value_that_is_no_finite_number_means_no_reply(field, value):
     reply = replace(FULL_REPLY, **{field: value})

@@ -126,23 +126,17 @@ class ConventionChecker:
         """
         Add the frames handed over by add_frame, oldest first (under the lock).
 
-        Frames older than the window before the newest would be trimmed as soon as added:
-        they are dropped unread, up to the last before time goes back (it is added, so the
-        jump is seen). The samples are trimmed to the window once, after the last.
+        The frames that adding would trim at once are dropped unread first (_drop_unread). The
+        samples are trimmed to the window once, after the last: the same samples as trimming
+        after each add while time goes forward (a lock-step engine's frames do; a jump back
+        starts over).
         """
         frames = self._frames
         if not frames:
             return
         try:
-            horizon = frames[-1][0] - self.window
-            previous = self._newest.get('IMU', (-math.inf, 0))[0] - CLOCK_JUMP
-            dropped = None
-            while previous <= frames[0][0] < horizon:
-                dropped = frames.popleft()
-                previous = dropped[0]
-            if dropped is not None and frames[0][0] < previous:
-                frames.appendleft(dropped)  # time went back: the frame before shows the jump
-        except TypeError:  # a stamp that is not a number: the frame is read, and raises, below
+            self._drop_unread(frames)
+        except (TypeError, ValueError, ArithmeticError):  # a stamp that is no number: read below
             pass
         try:
             while frames:
@@ -153,6 +147,33 @@ class ConventionChecker:
         finally:
             for samples in (self._imu, self._odometry, self._pwm):
                 self._trim(samples)
+
+    def _drop_unread(self, frames: Deque[Tuple[Any, ...]]) -> None:
+        """
+        Drop the oldest frames that adding would count for nothing and trim at once.
+
+        A frame goes while it is further than the window from the newest (as _trim reckons)
+        and it is finite, and time has not gone back to it: a frame that holds a value not
+        finite is read (to be counted), and so is the one before time goes back (the jump is
+        seen, from the stamp it was seen from).
+        """
+        newest = frames[-1][0]
+        if not math.isfinite(newest):
+            return
+        previous = max((stamp for stamp, _ in self._newest.values()),
+                       default=-math.inf) - CLOCK_JUMP
+        dropped = None
+        while len(frames) > 1:
+            frame = frames[0]
+            stamp = frame[0]
+            if not (previous <= stamp and newest - stamp > self.window and math.isfinite(
+                    sum(frame[1]) + sum(frame[2]) + sum(frame[3]) + sum(frame[4])
+                    + sum(frame[5]) + sum(frame[6]))):
+                break
+            dropped = frames.popleft()
+            previous = stamp
+        if dropped is not None and frames[0][0] < previous:
+            frames.appendleft(dropped)  # time went back: the frame before shows the jump
 
     def _add_imu(self, stamp: float, gyro: Sequence[float], accel: Sequence[float]) -> None:
         sample = (float(stamp), *map(float, gyro), *map(float, accel))

@@ -174,9 +174,11 @@ def plant_fit(demands: np.ndarray, acceleration: np.ndarray) -> Optional[np.ndar
         if np.sum(rows) < 50:
             continue
         design = np.hstack([x[rows], np.ones((int(np.sum(rows)), 1))])
+        spread = float(np.sum((y[rows] - y[rows].mean(axis=0)) ** 2))
+        if not spread > 0.0:  # the body never accelerates: nothing to fit
+            continue
         solution, *_ = np.linalg.lstsq(design, y[rows], rcond=None)
-        residual = float(np.sum((design @ solution - y[rows]) ** 2) / np.sum(
-            (y[rows] - y[rows].mean(axis=0)) ** 2))
+        residual = float(np.sum((design @ solution - y[rows]) ** 2)) / spread
         if best is None or residual < best[0]:
             best = (residual, solution[:4].T)
     return None if best is None else best[1]

@@ -194,7 +194,7 @@ def _stored_mandatory(reply: SensorReply) -> Tuple[float, ...]:
     for key, name, count in MANDATORY_FIELDS:
         field = getattr(reply, name)
         try:
-            numbers = [float(field)] if count == 1 else [float(v) for v in field]
+            numbers = [_float(field)] if count == 1 else [_float(v) for v in field]
         except (TypeError, ValueError, OverflowError):
             raise ReplyError(f'{key} is not {count} number(s): {field!r}') from None
         if len(numbers) != count:
@@ -205,6 +205,13 @@ def _stored_mandatory(reply: SensorReply) -> Tuple[float, ...]:
     if values[0] < 0.0:
         raise ReplyError(f'timestamp is not a finite physics time: {values[0]!r}')
     return MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(*values))
+
+
+def _float(value: object) -> float:
+    """Return a number as a float; text is no number here, though float() would read it."""
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f'text, not a number: {value!r}')
+    return float(value)  # type: ignore[arg-type]
 
 
 def encode_reply(reply: SensorReply) -> Tuple[bytes, Tuple[str, ...]]:
