@@ -11,13 +11,11 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
-from ardupilot_json_bridge.core.protocol import Quaternion
+from ardupilot_json_bridge.core.protocol import Quaternion, Vector3
 
 STANDARD_GRAVITY = 9.80665
-GRAVITY_NED = np.array([0.0, 0.0, STANDARD_GRAVITY])
 
-# (x, y, z)_ENU -> (y, x, -z)_NED and (x, y, z)_FLU -> (x, -y, -z)_FRD.
-ENU_TO_NED = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+# (x, y, z)_FLU -> (x, -y, -z)_FRD, as a matrix for composing sensor mountings.
 FLU_TO_FRD = np.diag([1.0, -1.0, -1.0])
 
 _HALF_SQRT2 = math.sqrt(0.5)
@@ -27,24 +25,19 @@ Q_NED_ENU = (0.0, _HALF_SQRT2, _HALF_SQRT2, 0.0)
 Q_FLU_FRD = (0.0, 1.0, 0.0, 0.0)
 
 
-def enu_to_ned(vector: Sequence[float]) -> np.ndarray:
-    """Convert a world vector from ENU to NED."""
-    return ENU_TO_NED @ np.asarray(vector, dtype=float)
+def enu_to_ned(vector: Sequence[float]) -> Vector3:
+    """
+    Convert a world vector from ENU to NED: (x, y, z) -> (y, x, -z).
+
+    Plain floats: every message and every lock-step frame converts a few vectors, and numpy's
+    per-call overhead costs more than the arithmetic on three values.
+    """
+    return vector[1], vector[0], -vector[2]
 
 
-def flu_to_frd(vector: Sequence[float]) -> np.ndarray:
-    """Convert a body vector from FLU to FRD."""
-    return FLU_TO_FRD @ np.asarray(vector, dtype=float)
-
-
-def quaternion_multiply(a: Sequence[float], b: Sequence[float]) -> Quaternion:
-    """Hamilton product a * b of w-first quaternions."""
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return (aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw)
+def flu_to_frd(vector: Sequence[float]) -> Vector3:
+    """Convert a body vector from FLU to FRD: (x, y, z) -> (x, -y, -z), on plain floats."""
+    return vector[0], -vector[1], -vector[2]
 
 
 def canonical(q: Sequence[float]) -> Quaternion:

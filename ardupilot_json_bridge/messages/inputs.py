@@ -12,7 +12,8 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.core.alignment import rotate
-from ardupilot_json_bridge.core.frames import FLU_TO_FRD, ros_to_ned_frd, rpy_to_matrix
+from ardupilot_json_bridge.core.frames import (
+    enu_to_ned, FLU_TO_FRD, flu_to_frd, ros_to_ned_frd, rpy_to_matrix)
 from ardupilot_json_bridge.core.protocol import Vector3
 from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, InvalidSample, OdometrySample, RangeSample,
@@ -84,14 +85,6 @@ def _transformed(name: str, matrix: Matrix3, vector: Vector3) -> Vector3:
                                    g * x + h * y + i * z))
 
 
-def _flu_to_frd(v: Vector3) -> Vector3:
-    return v[0], -v[1], -v[2]
-
-
-def _enu_to_ned(v: Vector3) -> Vector3:
-    return v[1], v[0], -v[2]
-
-
 def imu_to_sample(msg: Any, mounting: Matrix3) -> ImuSample:
     """
     sensor_msgs/Imu to body rates and specific force in FRD (orientation is not used).
@@ -125,14 +118,14 @@ def odometry_to_sample(msg: Any, twist_in_child_frame: bool = True) -> OdometryS
     linear = _finite3('odometry.twist.linear', msg.twist.twist.linear)
     angular = _finite3('odometry.twist.angular', msg.twist.twist.angular)
     if twist_in_child_frame:
-        velocity = rotate(quaternion, _flu_to_frd(linear))
-        gyro = _flu_to_frd(angular)
+        velocity = rotate(quaternion, flu_to_frd(linear))
+        gyro = flu_to_frd(angular)
     else:
         w, x, y, z = quaternion
-        velocity = _enu_to_ned(linear)
-        gyro = rotate((w, -x, -y, -z), _enu_to_ned(angular))
+        velocity = enu_to_ned(linear)
+        gyro = rotate((w, -x, -y, -z), enu_to_ned(angular))
     return OdometrySample(
-        stamp=stamp_seconds(msg.header), position=_enu_to_ned(position),
+        stamp=stamp_seconds(msg.header), position=enu_to_ned(position),
         velocity=_checked('odometry.twist.linear', linear, velocity), quaternion=quaternion,
         gyro=_checked('odometry.twist.angular', angular, gyro))
 
@@ -185,7 +178,7 @@ def laser_scan_to_sample(msg: Any) -> RangeSample:
 def wind_to_sample(msg: Any) -> WindSample:
     """geometry_msgs/Vector3Stamped: the air's velocity in the ENU world, to NED."""
     return WindSample(stamp=stamp_seconds(msg.header),
-                      value=_enu_to_ned(_finite3('wind.vector', msg.vector)))
+                      value=enu_to_ned(_finite3('wind.vector', msg.vector)))
 
 
 def airspeed_to_sample(msg: Any, stamp: float) -> AirspeedSample:

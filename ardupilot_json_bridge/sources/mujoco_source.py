@@ -23,7 +23,7 @@ import time
 from typing import List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
-from ardupilot_json_bridge.core.frames import ros_to_ned_frd
+from ardupilot_json_bridge.core.frames import enu_to_ned, flu_to_frd, ros_to_ned_frd
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.state import Instant, SensorState
@@ -42,28 +42,19 @@ MIN_REPEATS = 0.5
 REPEATS_SMOOTHING = 1.0 / 32.0
 
 
-def _ned(enu: Sequence[float]) -> Tuple[float, float, float]:
-    """ENU to NED on plain floats (ENU_TO_NED's swap): numpy costs more on three values."""
-    return enu[1], enu[0], -enu[2]
-
-
-def _frd(flu: Sequence[float]) -> Tuple[float, float, float]:
-    """FLU to FRD on plain floats (FLU_TO_FRD's flips)."""
-    return flu[0], -flu[1], -flu[2]
-
-
 def frame_instant(state: VehicleState) -> Instant:
     """
     Return the reply's instant (ArduPilot conventions) of a ROS-convention state.
 
     A lock-step frame is answered from it at once; the state's histories take it after.
     """
-    gyro = _frd(state.body_rates)
+    gyro = flu_to_frd(state.body_rates)
     airspeed = state.airspeed
     return Instant(stamp=state.time, sequence=0, skipped=0, gyro=gyro,
-                   accel=_frd(state.specific_force), position=_ned(state.position),
-                   velocity=_ned(state.velocity), quaternion=ros_to_ned_frd(*state.orientation),
-                   ranges=(), wind=None if airspeed is None else _ned(state.wind),
+                   accel=flu_to_frd(state.specific_force), position=enu_to_ned(state.position),
+                   velocity=enu_to_ned(state.velocity),
+                   quaternion=ros_to_ned_frd(*state.orientation),
+                   ranges=(), wind=None if airspeed is None else enu_to_ned(state.wind),
                    airspeed=airspeed, battery=None, rc=None)
 
 
