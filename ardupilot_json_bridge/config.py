@@ -17,7 +17,8 @@ import yaml
 
 from ardupilot_json_bridge.core.protocol import MAX_RANGEFINDERS
 from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
-from ardupilot_json_bridge.core.settings import LinkSettings, StateSettings
+from ardupilot_json_bridge.core.settings import (
+    LinkSettings, MAX_FLEET, MAX_INSTANCE, MAX_PORT, StateSettings)
 
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
@@ -62,12 +63,12 @@ def _rangefinder_specs() -> Tuple[ParameterSpec, ...]:
 
 
 PARAMETERS: Tuple[ParameterSpec, ...] = (
-    ParameterSpec('instance', 0, 'SITL instance (-I N); the link listens on 9002 + 10 N',
-                  read_only=True, minimum=0, maximum=6553),
+    ParameterSpec('instance', 0, f'SITL instance (-I N), 0 to {MAX_INSTANCE}; the link listens '
+                  'on 9002 + 10 N', read_only=True, minimum=0, maximum=MAX_INSTANCE),
     ParameterSpec('bind_address', '127.0.0.1', 'Address to listen on; 0.0.0.0 when SITL runs '
                   'in a VM, a container or WSL', read_only=True),
     ParameterSpec('port', 0, 'UDP port to listen on; 0 for 9002 + 10 x instance',
-                  read_only=True, minimum=0, maximum=65535),
+                  read_only=True, minimum=0, maximum=MAX_PORT),
     ParameterSpec('fresh_timeout', 0.5, 'Wall seconds a SITL frame waits for physics newer '
                   'than the last reply before it goes unanswered', minimum=0.001, maximum=10.0),
     ParameterSpec('peer_timeout', 2.0, 'Wall seconds of silence after which another SITL '
@@ -145,18 +146,53 @@ class BridgeConfig:
     raw_pwm_topic: str = 'servo_pwm'
 
 
-def _number(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> float:
+@dataclass(frozen=True)
+class Limits:
+    """The range a number must lie in; above: the minimum itself is refused (a rate > 0)."""
+
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    above: bool = False
+
+
+def check_number(name: str, value: Any, limits: Limits = Limits()) -> float:
+    """
+    Return value as a float if it is a finite number within limits, else raise ConfigError.
+
+    The one check of every numeric option and parameter (command line, YAML, ROS): NaN and
+    infinity are no numbers a setting can take.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f'{name}: expected a number, got {value!r}')
-    value = float(value)
-    if not math.isfinite(value):
-        raise ConfigError(f'{name}: expected a finite number, got {value!r}')
-    if spec is not None:
-        if spec.minimum is not None and value < spec.minimum:
-            raise ConfigError(f'{name}: {value:g} is below the minimum {spec.minimum:g}')
-        if spec.maximum is not None and value > spec.maximum:
-            raise ConfigError(f'{name}: {value:g} is above the maximum {spec.maximum:g}')
-    return value
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ConfigError(f'{name}: {value} is too large a number') from None
+    if not math.isfinite(number):
+        raise ConfigError(f'{name}: expected a finite number, got {number!r}')
+    low, high = limits.minimum, limits.maximum
+    if low is not None and limits.above and number <= low:
+        raise ConfigError(f'{name}: {number:g} is not above {low:g}')
+    if low is not None and number < low:
+        raise ConfigError(f'{name}: {number:g} is below the minimum {low:g}')
+    if high is not None and number > high:
+        raise ConfigError(f'{name}: {number:g} is above the maximum {high:g}')
+    return number
+
+
+def check_fleet(first_instance: int, count: int) -> None:
+    """Refuse a fleet (vehicle k on SITL instance first + k) whose last vehicle has no port."""
+    check_number('vehicles', count, Limits(1, MAX_FLEET))
+    last = first_instance + count - 1
+    if last > MAX_INSTANCE:
+        raise ConfigError(f'vehicles: {count} vehicles from instance {first_instance} reach '
+                          f'instance {last}, past the last one with a UDP port '
+                          f'({MAX_INSTANCE}); start at instance {MAX_INSTANCE - count + 1} '
+                          'or lower')
+
+
+def _number(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> float:
+    return check_number(name, value, Limits(spec.minimum, spec.maximum) if spec else Limits())
 
 
 def _integer(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> int:
@@ -308,9 +344,6 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         peer_timeout=_number('peer_timeout', values['peer_timeout'], spec['peer_timeout']),
         no_time_sync=_flag('no_time_sync', values['no_time_sync']),
         no_lockstep=_flag('no_lockstep', values['no_lockstep']))
-    if link.listen_port > 65535:
-        raise ConfigError(f'instance: {link.instance} puts the port at {link.listen_port}, '
-                          'past 65535')
     state = StateSettings(
         odometry_only=_flag('odometry_only', values['odometry_only']),
         max_odometry_lag=_number('max_odometry_lag', values['max_odometry_lag'],
@@ -361,8 +394,13 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
     Sections apply as ROS applies them: '/**' first, then the node's own name with or
     without its namespace.
     """
-    with open(path) as stream:
-        document = yaml.safe_load(stream) or {}
+    try:
+        with open(path) as stream:
+            document = yaml.safe_load(stream) or {}
+    except OSError as error:
+        raise ConfigError(f'{path}: cannot read it ({error.strerror or error})') from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ConfigError(f'{path}: not YAML: {" ".join(str(error).split())}') from None
     if not isinstance(document, Mapping):
         raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
     full_name = '/' + '/'.join(p for p in (namespace.strip('/'), node_name) if p)

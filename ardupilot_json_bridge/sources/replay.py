@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import logging
 import threading
 import time
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, List, Optional, Sequence
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE
 from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
 from ardupilot_json_bridge.messages.routes import CONVENTION_OBSERVERS, deliver, InputRoute
 from ardupilot_json_bridge.sources.bagfile import (
@@ -40,6 +41,37 @@ def resolve_topic(namespace: str, topic: str) -> str:
     """Return the absolute name a relative topic has under a namespace, as ROS resolves it."""
     parts = [p for p in (namespace.strip('/'), topic.strip('/')) if p]
     return '/' + '/'.join(parts)
+
+
+@dataclass(frozen=True)
+class WantedTopic:
+    """A topic read from a bag: its absolute name, the type it is read as, what it feeds."""
+
+    topic: str
+    msgtype: str
+    name: str
+    mandatory: bool = False
+
+
+def check_bag_topics(bag: str, wanted: Sequence[WantedTopic]) -> Dict[str, str]:
+    """
+    Refuse a bag without a mandatory topic, or with a wanted topic of another type.
+
+    The one validation of a bag's topics, for replay and check alike; returns the bag's topics
+    (name -> type) for the caller to tell which optional ones it lacks.
+    """
+    available = bag_topics(bag)
+    listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+    for entry in wanted:
+        msgtype = available.get(entry.topic)
+        if msgtype is None and entry.mandatory:
+            raise BagError(f'{bag} has no {entry.topic} ({entry.msgtype}) for the {entry.name} '
+                           f'input; its topics: {listing}. Set --namespace or the topic '
+                           'parameters in --config.')
+        if msgtype is not None and msgtype != entry.msgtype:
+            raise BagError(f'{entry.topic} in {bag} is {msgtype}, but the {entry.name} input '
+                           f'reads {entry.msgtype}')
+    return available
 
 
 @dataclass(frozen=True)
@@ -97,20 +129,15 @@ class BagReplay:
 
     def _check_topics(self) -> Dict[str, str]:
         """Refuse a bag without the mandatory topics or with other types; return its topics."""
-        available = bag_topics(self.settings.bag)
-        listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+        wanted = [WantedTopic(topic, r.msgtype, r.name, r.mandatory)
+                  for topic, r in self.routes.items()]
+        if self.checker is not None:
+            wanted.append(WantedTopic(CLOCK_TOPIC, CLOCK_TYPE, 'clock'))
+        available = check_bag_topics(self.settings.bag, wanted)
         for topic, route in self.routes.items():
-            msgtype = available.get(topic)
-            if msgtype is None:
-                if route.mandatory:
-                    raise BagError(f'{self.settings.bag} has no {topic} ({route.msgtype}) for '
-                                   f'the {route.name} input; its topics: {listing}. Set '
-                                   '--namespace or the topic parameters in --config.')
+            if topic not in available:
                 self.logger.warning(f'{self.settings.bag} has no {topic}: the {route.name} '
                                     'input stays empty')
-            elif msgtype != route.msgtype:
-                raise BagError(f'{topic} in {self.settings.bag} is {msgtype}, but the '
-                               f'{route.name} input reads {route.msgtype}')
         return available
 
     def start(self) -> None:
