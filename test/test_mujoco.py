@@ -148,6 +148,39 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_fi
         link.stop()
 
 
+def test_a_diverged_simulation_is_named_and_its_clock_carries_on(caplog):
+    # MuJoCo resets a diverged world to its start and to time 0: the log blamed "a simulation
+    # reset or looping bag" for the clock going back.
+    config = load_config(default_preset(), '', {})
+    vehicle = MujocoVehicle()
+    state = SensorState(StateSettings(pacing=SAMPLES))
+    source = MujocoLockStep(vehicle, state, config.outputs[0])
+    link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
+                    on_frame=source.on_frame, on_restart=source.on_restart)
+    link.start()
+    peer = SitlPeer(link.address[1])
+    try:
+        replies = [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(300)]
+        ground = replies[0]['position'][2]
+        assert replies[-1]['position'][2] < ground - 0.05    # it climbed
+        clock = vehicle.time
+        # The next step diverges (changed between advances: forwarded cleared, as advances ask).
+        vehicle.data.qvel[2] = math.nan
+        vehicle.forwarded = False
+        replies += [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(2)]
+    finally:
+        peer.close()
+        link.stop()
+    # Back at its start, as MuJoCo left it; the clock one frame on, not at 0.
+    assert replies[-2]['position'][2] == pytest.approx(ground, abs=0.01)
+    assert vehicle.time == pytest.approx(clock + 2 / 1200, abs=1e-9)
+    assert np.allclose(np.diff([r['timestamp'] for r in replies]), 1 / 1200, atol=1e-9)
+    assert vehicle.divergences == 1
+    assert 'MuJoCo diverged (velocity not finite or huge at degree of freedom 2)' in \
+        caplog.text, caplog.text
+    assert 'went back' not in caplog.text, caplog.text
+
+
 def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_before():
     # The same PWM sequence to both modes (the reply-first engine stepping after each reply,
     # as the mujoco command wires it); a SITL restart midway: back at rest in both.
