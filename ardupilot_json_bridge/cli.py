@@ -293,7 +293,8 @@ def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
              f'{", looping" if replay.settings.loop else ""}) at rate '
              f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
     threading.Thread(target=lambda: (replay.finished.wait(), stop.set()), daemon=True).start()
-    return serve(link, replay, stop, conventions)
+    code = serve(link, replay, stop, conventions)
+    return 1 if replay.error else code
 
 
 def live_checks(checker: ConventionChecker) -> LiveConventions:

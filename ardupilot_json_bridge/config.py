@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import difflib
 import math
 import os
+import re
 import sys
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
@@ -23,6 +24,7 @@ from ardupilot_json_bridge.core.settings import (
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
 RANGE, LASER_SCAN = 'range', 'laser_scan'
+GROUP_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 IGNORED_PREFIXES = ('use_sim_time', 'qos_overrides.', 'start_type_description_service')
 
 
@@ -30,6 +32,17 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """'; did you mean <closest>?' for a misspelled name, or nothing when none is close."""
     close = difflib.get_close_matches(name, list(known), n=1)
     return f'; did you mean {close[0]}?' if close else ''
+
+
+def one_line(error: BaseException) -> str:
+    """An error's text on one line (a YAML or a storage library's error spans several)."""
+    return ' '.join(str(error).split())
+
+
+def shown_name(name: Any) -> str:
+    """A name as an error line shows it: as it is, or quoted if it would break the line."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)
 
 
 class ConfigError(ValueError):
@@ -314,6 +327,10 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
     groups = parameters.get('output_groups') or []
     group_names = [_text(f'output_groups[{i}]', g)
                    for i, g in enumerate(_list('output_groups', groups))]
+    for index, name in enumerate(group_names):
+        if not GROUP_NAME.match(name):
+            raise ConfigError(f'output_groups[{index}]: {name!r} is no group name (letters, '
+                              'digits and _, not first a digit: it is part of parameter names)')
     if len(set(group_names)) != len(group_names):
         raise ConfigError(f'output_groups: names repeat in {group_names}')
     group_settings: Dict[str, Dict[str, Any]] = {name: {} for name in group_names}
@@ -327,7 +344,8 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
                 raise ConfigError(f'{key}: group {parts[1]!r} is not listed in output_groups')
             group_settings[parts[1]][parts[2]] = value
             continue
-        raise ConfigError(f'{key}: unknown parameter{did_you_mean(key, PARAMETER_DEFAULTS)}')
+        raise ConfigError(f'{shown_name(key)}: unknown parameter'
+                          f'{did_you_mean(key, PARAMETER_DEFAULTS)}')
     values = dict(PARAMETER_DEFAULTS)
     values.update({k: v for k, v in parameters.items() if k in PARAMETER_DEFAULTS})
     spec = SPECS_BY_NAME
@@ -400,7 +418,7 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
     except OSError as error:
         raise ConfigError(f'{path}: cannot read it ({error.strerror or error})') from None
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ConfigError(f'{path}: not YAML: {" ".join(str(error).split())}') from None
+        raise ConfigError(f'{path}: not YAML: {one_line(error)}') from None
     if not isinstance(document, Mapping):
         raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
     full_name = '/' + '/'.join(p for p in (namespace.strip('/'), node_name) if p)
@@ -408,10 +426,14 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
     for section in ('/**', node_name, full_name):
         body = document.get(section)
         if isinstance(body, Mapping):
-            parameters.update(flatten(body.get('ros__parameters') or {}))
+            values = body.get('ros__parameters') or {}
+            if not isinstance(values, Mapping):
+                raise ConfigError(f'{path}: {section}: ros__parameters is not a mapping of '
+                                  f'parameter names to values: {values!r}')
+            parameters.update(flatten(values))
     if not parameters and document:
         raise ConfigError(f'{path}: no ros__parameters for node {full_name} (sections: '
-                          f'{", ".join(map(str, document))})')
+                          f'{", ".join(map(shown_name, document))})')
     return parameters
 
 

@@ -118,6 +118,8 @@ class BagReplay:
         self._thread: Optional[threading.Thread] = None
         self.loops = 0
         self.delivered = 0
+        # Why the replay stopped before the bag's end (a bag damaged midway), if it did.
+        self.error: Optional[str] = None
         self.primary_step = 0.0
         self._log_to_stamp = 0.0
         self._wall_start = 0.0
@@ -153,6 +155,10 @@ class BagReplay:
     def _run(self) -> None:
         try:
             self._play()
+        except BagError as error:
+            # A bag damaged midway: one line, and the replay ends as at the bag's end.
+            self.error = str(error)
+            self.logger.error(f'replay stopped after {self.delivered} messages: {error}')
         finally:
             self.finished.set()
 
