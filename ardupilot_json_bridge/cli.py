@@ -17,11 +17,11 @@ from ardupilot_json_bridge.config import (
     BridgeConfig, check_fleet, check_number, config_from_parameters, ConfigError, Limits,
     load_parameters_file, NODE_NAME, shipped_preset)
 from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, MAX_RATE, SAMPLES
-from ardupilot_json_bridge.sources.wind import GUST_LIMITS
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
+from ardupilot_json_bridge.sources.wind import GUST_LIMITS
 
 PACKAGE = 'ardupilot_json_bridge'
 # The GIL switch interval (s) of the lock-step engine's process. A link thread woken by SITL's

@@ -35,12 +35,12 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 def one_line(error: BaseException) -> str:
-    """An error's text on one line (a YAML or a storage library's error spans several)."""
+    """Return an error's text on one line (a YAML or a storage library's error spans several)."""
     return ' '.join(str(error).split())
 
 
 def shown_name(name: Any) -> str:
-    """A name as an error line shows it: as it is, or quoted if it would break the line."""
+    """Return a name as an error line shows it: as it is, or quoted if it would break the line."""
     text = str(name)
     return text if text.isprintable() else repr(text)
 

@@ -255,8 +255,8 @@ def endless_bag(signal_after: int, give_up: float):
             raise NotStopped(f'still reading {give_up} s after SIGINT ({index} messages)')
         stamp = index * 0.01
         log_ns = round(stamp * 1e9)
-        yield BagMessage('/imu', log_ns, ros_messages.imu(store, stamp, (0.0, 0.0, 0.0),
-                                                           (0.0, 0.0, 9.81)))
+        yield BagMessage('/imu', log_ns, ros_messages.imu(
+            store, stamp, (0.0, 0.0, 0.0), (0.0, 0.0, 9.81)))
         yield BagMessage('/odom', log_ns, ros_messages.odometry(
             store, stamp, (0.0, 0.0, 0.1), (0.0, 0.0, 0.0, 1.0)))
 

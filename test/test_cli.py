@@ -39,7 +39,7 @@ def test_the_top_level_help_names_the_ros_nodes():
 
 
 def refusal(result: subprocess.CompletedProcess) -> str:
-    """The one line a refused command printed (exit 2, no traceback), or the test fails."""
+    """Return the one line a refused command printed (exit 2, no traceback), or fail."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and 'Traceback' not in result.stderr and len(lines) == 1, \
         f'exit {result.returncode}, stderr:\n{result.stderr[-2000:]}'

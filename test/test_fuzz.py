@@ -194,7 +194,7 @@ group_base = {'output_groups': ['m'], 'outputs.m.type': 'actuators',
 
 
 def finite_numbers(value) -> bool:
-    """True if every number in a configuration (dataclasses, tuples) is finite."""
+    """Tell whether every number in a configuration (dataclasses, tuples) is finite."""
     if isinstance(value, float):
         return math.isfinite(value)
     if dataclasses.is_dataclass(value):
@@ -204,16 +204,20 @@ def finite_numbers(value) -> bool:
     return True
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
-@given(st.dictionaries(parameter_names, yaml_values, max_size=6), st.booleans())
-def test_any_parameter_values_are_a_finite_config_or_one_config_error(values, with_group):
-    parameters = dict(group_base, **values) if with_group else values
+def assert_finite_config_or_one_error(parameters: dict) -> None:
+    """Check that parameters make a config of finite numbers, or one ConfigError line."""
     try:
         config = config_from_parameters(parameters)
     except ConfigError as error:
         assert str(error) and '\n' not in str(error)
         return
     assert finite_numbers(config), config
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
+@given(st.dictionaries(parameter_names, yaml_values, max_size=6), st.booleans())
+def test_any_parameter_values_are_a_finite_config_or_one_config_error(values, with_group):
+    assert_finite_config_or_one_error(dict(group_base, **values) if with_group else values)
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None)
@@ -245,12 +249,7 @@ def test_a_shipped_preset_with_any_value_changed_loads_or_is_one_config_error(pr
     parameters = load_parameters_file(preset)
     name = data.draw(st.sampled_from(sorted(parameters)), label='parameter')
     parameters[name] = data.draw(yaml_values, label='value')
-    try:
-        config = config_from_parameters(parameters)
-    except ConfigError as error:
-        assert str(error) and '\n' not in str(error)
-        return
-    assert finite_numbers(config), config
+    assert_finite_config_or_one_error(parameters)
 
 
 # The bag reader on damaged bags: messages whose bytes (CDR) are cut or overwritten, inside a
@@ -281,7 +280,7 @@ damage = st.tuples(st.integers(0, 10 ** 6), st.binary(max_size=12), st.booleans(
 
 
 def damaged(data: bytes, where: int, patch: bytes, cut: bool) -> bytes:
-    """data overwritten with patch at where (modulo its length), or cut there."""
+    """Return data overwritten with patch at where (modulo its length), or cut there."""
     at = where % (len(data) + 1)
     return data[:at] if cut else data[:at] + patch + data[at + len(patch):]
 

@@ -37,8 +37,8 @@ from std_msgs.msg import Float64, Float64MultiArray
 from ardupilot_json_bridge.config import (
     check_number, config_from_parameters, ConfigError, Limits, load_parameters_file,
     NODE_NAME, shipped_preset)
-from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_RATE
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
+from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_RATE
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.launch_config import check_real_time_factor
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node

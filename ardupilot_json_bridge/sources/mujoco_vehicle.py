@@ -468,7 +468,7 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
 
 def _diverged(vehicles: Sequence[MujocoVehicle], end: float) -> None:
     """
-    MuJoCo reset the world (time 0, every body at its start): say so, keep the clock running.
+    Say that MuJoCo reset the world (time 0, every body at its start); keep the clock running.
 
     Without this the reset reads as the source's clock jumping back, which the link puts down
     to a simulation reset or a looping bag. The vehicles' rotors stop, as at the start.
