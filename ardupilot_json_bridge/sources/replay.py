@@ -62,12 +62,13 @@ def check_bag_topics(bag: str, wanted: Sequence[WantedTopic]) -> Dict[str, str]:
     """
     available = bag_topics(bag)
     listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+    missing = [f'{entry.topic} ({entry.msgtype}) for the {entry.name} input' for entry in wanted
+               if entry.mandatory and entry.topic not in available]
+    if missing:
+        raise BagError(f'{bag} has no {" and no ".join(missing)}; its topics: {listing}. Set '
+                       '--namespace or the topic parameters in --config.')
     for entry in wanted:
         msgtype = available.get(entry.topic)
-        if msgtype is None and entry.mandatory:
-            raise BagError(f'{bag} has no {entry.topic} ({entry.msgtype}) for the {entry.name} '
-                           f'input; its topics: {listing}. Set --namespace or the topic '
-                           'parameters in --config.')
         if msgtype is not None and msgtype != entry.msgtype:
             raise BagError(f'{entry.topic} in {bag} is {msgtype}, but the {entry.name} input '
                            f'reads {entry.msgtype}')
