@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judge the simulator's conventions from its own IMU and odometry in a "
                     'rosbag2: gravity, world frame, IMU mounting, twist frame, quaternions, '
                     'units and stamps, and from servo_pwm the layout SITL mixes for, each '
-                    'with what was measured and the fix. Exits 1 when a check is wrong. '
+                    'with what was measured and the fix. Exits 1 when a check is wrong, 130 '
+                    'when stopped (Ctrl-C, SIGTERM) before the end of the bag. '
                     'Without BAG, the shipped sample.')
     check.add_argument('bag', nargs='?', help='rosbag2 directory')
     check.add_argument('--namespace', default='', help='namespace of the recorded topics')
