@@ -15,8 +15,8 @@ from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
 from ardupilot_json_bridge.checks.verdicts import format_table
 from ardupilot_json_bridge.config import (
     BridgeConfig, check_fleet, check_number, config_from_parameters, ConfigError, Limits,
-    load_parameters_file, NODE_NAME, shipped_preset)
-from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, MAX_RATE, SAMPLES
+    load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
+from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
@@ -42,7 +42,7 @@ OPTION_LIMITS = {
     'replay': {'rate': Limits(0.0, 1000.0)},
     'mujoco': {'gust': GUST_LIMITS},
     'fdmdata': {'data_port': Limits(1, MAX_PORT), 'controls_port': Limits(1, MAX_PORT),
-                'rate': Limits(0.0, MAX_RATE, above=True),
+                'rate': RATE_LIMITS,
                 'timeout': Limits(0.0, 10.0, above=True), 'smoothing': Limits(0.0, 3600.0),
                 'servo_min': Limits(0.0, 65535.0), 'servo_max': Limits(0.0, 65535.0)},
 }

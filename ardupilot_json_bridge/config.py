@@ -19,7 +19,7 @@ import yaml
 from ardupilot_json_bridge.core.protocol import MAX_RANGEFINDERS
 from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
 from ardupilot_json_bridge.core.settings import (
-    LinkSettings, MAX_FLEET, MAX_INSTANCE, MAX_PORT, StateSettings)
+    LinkSettings, MAX_FLEET, MAX_INSTANCE, MAX_PORT, MAX_RATE, StateSettings)
 
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
@@ -193,9 +193,15 @@ def check_number(name: str, value: Any, limits: Limits = Limits()) -> float:
     return number
 
 
+# A rate in Hz of a free-running source (its IMU, its polls): above 0, up to MAX_RATE.
+RATE_LIMITS = Limits(0.0, MAX_RATE, above=True)
+# The vehicles of one fleet.
+FLEET_LIMITS = Limits(1, MAX_FLEET)
+
+
 def check_fleet(first_instance: int, count: int) -> None:
     """Refuse a fleet (vehicle k on SITL instance first + k) whose last vehicle has no port."""
-    check_number('vehicles', count, Limits(1, MAX_FLEET))
+    check_number('vehicles', count, FLEET_LIMITS)
     last = first_instance + count - 1
     if last > MAX_INSTANCE:
         raise ConfigError(f'vehicles: {count} vehicles from instance {first_instance} reach '

@@ -93,7 +93,8 @@ def test_launch_files_declare_their_arguments(name, arguments):
 def test_rates_are_positive_hertz():
     assert parse_rate('imu_rate', '250') == 250.0
     for text, message in [('fast', 'imu_rate: expected a rate in Hz'),
-                          ('0', 'imu_rate: 0 Hz is outside'), ('-5', 'outside')]:
+                          ('0', 'imu_rate: 0 is not above 0'), ('-5', 'not above 0'),
+                          ('inf', 'imu_rate: expected a finite number')]:
         with pytest.raises(LaunchArgumentError, match=message):
             parse_rate('imu_rate', text)
 

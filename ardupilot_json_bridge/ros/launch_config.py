@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import re
 from typing import Any, Dict, List, Tuple, Union
 
-from ardupilot_json_bridge.core.settings import (
-    MAX_FLEET, MAX_INSTANCE, MAX_RATE, sitl_port)
+from ardupilot_json_bridge.config import check_number, ConfigError, RATE_LIMITS
+from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_INSTANCE, sitl_port
 
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 # Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
@@ -53,10 +53,10 @@ def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
 
 
 def parse_rate(name: str, text: str) -> float:
-    value = _parse_number(name, text, 'a rate in Hz')
-    if not 0.0 < value <= MAX_RATE:
-        raise LaunchArgumentError(f'{name}: {value:g} Hz is outside 0..{MAX_RATE:g}')
-    return value
+    try:
+        return check_number(name, _parse_number(name, text, 'a rate in Hz'), RATE_LIMITS)
+    except ConfigError as error:
+        raise LaunchArgumentError(str(error)) from None
 
 
 def parse_real_time_factor(name: str, text: str) -> float:

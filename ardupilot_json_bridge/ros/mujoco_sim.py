@@ -35,10 +35,9 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64, Float64MultiArray
 
 from ardupilot_json_bridge.config import (
-    check_number, config_from_parameters, ConfigError, Limits, load_parameters_file,
-    NODE_NAME, shipped_preset)
+    check_number, config_from_parameters, ConfigError, FLEET_LIMITS, Limits,
+    load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
-from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_RATE
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.launch_config import check_real_time_factor
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
@@ -80,7 +79,7 @@ class MujocoSim(Node):
             raise ValueError(f'vehicle: {name!r} is not one of {", ".join(VEHICLES)}')
         model = self.declare_parameter('model', '').value
         preset = self.declare_parameter('preset', '').value
-        self.rate = self._number('imu_rate', 1000.0, Limits(0.0, MAX_RATE, above=True))
+        self.rate = self._number('imu_rate', 1000.0, RATE_LIMITS)
         odom_rate = self._number('odom_rate', 250.0, Limits(0.0, self.rate, above=True))
         self.real_time_factor = check_real_time_factor(
             'real_time_factor', self._number('real_time_factor', 1.0))
@@ -88,7 +87,7 @@ class MujocoSim(Node):
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
         count = int(check_number('vehicles', self.declare_parameter('vehicles', 1).value,
-                                 Limits(1, MAX_FLEET)))
+                                 FLEET_LIMITS))
         prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
         wind = self._numbers('wind', [0.0, 0.0, 0.0])
         gust = self._number('gust', 0.0, GUST_LIMITS)
