@@ -139,8 +139,10 @@ def test_nasty_message_values_never_make_a_non_finite_reply():
 
 
 # The servo-packet parser on any bytes: a packet exactly when SITL's own layout says so
-# (SIM_JSON.cpp: magic 18458 and 40 bytes, or magic 29569 and 72 bytes), with the fields that
-# layout puts where; anything else a one-line ServoPacketError, never another exception.
+# (ArduPilot's libraries/SITL/examples/JSON/readme.md: uint16 magic, uint16 frame_rate, uint32
+# frame_count, uint16 pwm[16] with magic 18458, 40 bytes; pwm[32] with magic 29569, 72
+# bytes), with its fields where the layout puts them; anything else is a one-line
+# ServoPacketError, never another exception.
 LAYOUTS = {18458: (40, 16), 29569: (72, 32)}
 packet_like = st.one_of(
     st.binary(max_size=100),
