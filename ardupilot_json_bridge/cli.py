@@ -21,6 +21,7 @@ from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
+from ardupilot_json_bridge.sources.replay import RATE_LIMITS as REPLAY_RATE_LIMITS
 from ardupilot_json_bridge.sources.wind import GUST_LIMITS
 
 PACKAGE = 'ardupilot_json_bridge'
@@ -39,7 +40,7 @@ INTERRUPTED = 130
 # The range of each numeric option, by subcommand: checked as the parameters are (one check,
 # config.check_number), so NaN, infinity and values that cannot work are refused in one line.
 OPTION_LIMITS = {
-    'replay': {'rate': Limits(0.0, 1000.0)},
+    'replay': {'rate': REPLAY_RATE_LIMITS},
     'mujoco': {'gust': GUST_LIMITS},
     'fdmdata': {'data_port': Limits(1, MAX_PORT), 'controls_port': Limits(1, MAX_PORT),
                 'rate': RATE_LIMITS,

@@ -21,6 +21,7 @@ import time
 from typing import Deque, Dict, List, Optional, Sequence
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
+from ardupilot_json_bridge.config import check_number, Limits
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import SensorState
 from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE
@@ -29,6 +30,8 @@ from ardupilot_json_bridge.messages.routes import CONVENTION_OBSERVERS, deliver,
 from ardupilot_json_bridge.sources.bagfile import (
     bag_span, bag_topics, BagError, BagMessage, CLOCK_TOPIC, read_messages)
 
+# Playback speeds: 0 plays as fast as SITL asks, R > 0 at R times the recording's pace.
+RATE_LIMITS = Limits(0.0, 1000.0)
 # Seconds of wall time between progress lines.
 PROGRESS_PERIOD = 10.0
 # Wall seconds a lock-step replay waits at the end for SITL to take its last samples.
@@ -91,9 +94,7 @@ class BagReplay:
     def __init__(self, settings: ReplaySettings, routes: List[InputRoute], state: SensorState,
                  logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None) -> None:
-        if settings.rate < 0.0:
-            raise BagError(f'--rate must be 0 (as fast as SITL asks) or positive, not '
-                           f'{settings.rate}')
+        check_number('--rate', settings.rate, RATE_LIMITS)
         self.settings = settings
         self.state = state
         # Sees the IMU and odometry as recorded (the live convention checks), if given.
