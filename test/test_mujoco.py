@@ -154,9 +154,12 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_fi
         assert restarted.measured.startswith('1 IMU and 1 odometry'), restarted
 
 
-def test_a_diverged_simulation_is_named_and_its_clock_carries_on(caplog):
+def test_a_diverged_simulation_is_named_and_its_clock_carries_on(caplog, tmp_path,
+                                                                 monkeypatch):
     # MuJoCo resets a diverged world to its start and to time 0: the log blamed "a simulation
-    # reset or looping bag" for the clock going back.
+    # reset or looping bag" for the clock going back. (MuJoCo writes its MUJOCO_LOG.TXT to the
+    # working directory: a temporary one.)
+    monkeypatch.chdir(tmp_path)
     with lock_step() as (vehicle, _, peer):
         replies = [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(300)]
         ground = replies[0]['position'][2]
