@@ -14,13 +14,15 @@ from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
 from ardupilot_json_bridge.checks.verdicts import format_table
 from ardupilot_json_bridge.config import (
-    BridgeConfig, config_from_parameters, ConfigError, load_parameters_file, NODE_NAME,
-    shipped_preset)
-from ardupilot_json_bridge.core.settings import GRID, SAMPLES
+    BridgeConfig, check_fleet, check_number, config_from_parameters, ConfigError, Limits,
+    load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
+from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
+from ardupilot_json_bridge.sources.replay import RATE_LIMITS as REPLAY_RATE_LIMITS
+from ardupilot_json_bridge.sources.wind import GUST_LIMITS
 
 PACKAGE = 'ardupilot_json_bridge'
 # The GIL switch interval (s) of the lock-step engine's process. A link thread woken by SITL's
@@ -33,6 +35,18 @@ LOCK_STEP_SWITCH_INTERVAL = 1e-4
 ENGINE_OPTIONAL_AGE = 0.05
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 ROS_ARGS = '--ros-args'
+# The exit status of a check stopped by Ctrl-C or SIGTERM before the end of its bag (128 + 2).
+INTERRUPTED = 130
+# The range of each numeric option, by subcommand: checked as the parameters are (one check,
+# config.check_number), so NaN, infinity and values that cannot work are refused in one line.
+OPTION_LIMITS = {
+    'replay': {'rate': REPLAY_RATE_LIMITS},
+    'mujoco': {'gust': GUST_LIMITS},
+    'fdmdata': {'data_port': Limits(1, MAX_PORT), 'controls_port': Limits(1, MAX_PORT),
+                'rate': RATE_LIMITS,
+                'timeout': Limits(0.0, 10.0, above=True), 'smoothing': Limits(0.0, 3600.0),
+                'servo_min': Limits(0.0, 65535.0), 'servo_max': Limits(0.0, 65535.0)},
+}
 # The ROS 2 nodes (need rclpy): their summary and description. They take ROS's own arguments,
 # after --ros-args, and none of their own.
 ROS_COMMANDS = {
@@ -167,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judge the simulator's conventions from its own IMU and odometry in a "
                     'rosbag2: gravity, world frame, IMU mounting, twist frame, quaternions, '
                     'units and stamps, and from servo_pwm the layout SITL mixes for, each '
-                    'with what was measured and the fix. Exits 1 when a check is wrong. '
+                    'with what was measured and the fix. Exits 1 when a check is wrong, 130 '
+                    'when stopped (Ctrl-C, SIGTERM) before the end of the bag. '
                     'Without BAG, the shipped sample.')
     check.add_argument('bag', nargs='?', help='rosbag2 directory')
     check.add_argument('--namespace', default='', help='namespace of the recorded topics')
@@ -192,14 +207,27 @@ def parse_arguments(arguments: List[str]) -> argparse.Namespace:
     return args
 
 
-def run_check(args: argparse.Namespace) -> int:
-    """Print the convention checks of a bag; 1 if any is wrong."""
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse a numeric option that is not finite or out of its range (OPTION_LIMITS)."""
+    for dest, limits in OPTION_LIMITS.get(args.command, {}).items():
+        check_number('--' + dest.replace('_', '-'), getattr(args, dest), limits)
+
+
+def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
+    """
+    Print the convention checks of a bag; 1 if any is wrong.
+
+    Ctrl-C or SIGTERM (stop) ends the reading: the checks judge what was read, and the exit
+    status is INTERRUPTED whatever they say.
+    """
     from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
-    from ardupilot_json_bridge.sources.bagfile import bag_topics, CLOCK_TOPIC, read_messages
-    from ardupilot_json_bridge.sources.replay import resolve_topic
+    from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE, UINT16_ARRAY_TYPE
+    from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+    from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
+    from ardupilot_json_bridge.sources.replay import check_bag_topics, resolve_topic, WantedTopic
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
@@ -209,14 +237,19 @@ def run_check(args: argparse.Namespace) -> int:
                                 args.vehicle)
     clock, clock_logged = None, 0.0
     bag = args.bag or _sample_bag()
-    available = bag_topics(bag)
-    missing = [topic for topic in (imu_topic, odom_topic) if topic not in available]
-    if missing:
-        listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
-        raise BagError(f'{bag} has no {" and no ".join(missing)} (--namespace '
-                       f'{args.namespace!r}); its topics: {listing}')
+    available = check_bag_topics(bag, [
+        WantedTopic(imu_topic, IMU_TYPE, 'imu', mandatory=True),
+        WantedTopic(odom_topic, ODOMETRY_TYPE, 'odometry', mandatory=True),
+        WantedTopic(CLOCK_TOPIC, CLOCK_TYPE, 'clock'),
+        WantedTopic(pwm_topic, UINT16_ARRAY_TYPE, 'servo_pwm')])
     topics = [imu_topic, odom_topic] + [t for t in (CLOCK_TOPIC, pwm_topic) if t in available]
+    read = 0
     for message in read_messages(bag, topics):
+        if stop.is_set():
+            logging.getLogger('ardupilot_json_bridge').warning(
+                f'check: stopped after {read} messages of {bag}; the checks judge those only')
+            break
+        read += 1
         log_time = message.log_time_ns * 1e-9
         if message.topic == CLOCK_TOPIC:
             # Each IMU stamp is paired with the clock when it was logged.
@@ -238,6 +271,8 @@ def run_check(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         print(format_table(checks))
+    if stop.is_set():
+        return INTERRUPTED
     return 1 if any(c.verdict == WRONG for c in checks) else 0
 
 
@@ -260,7 +295,8 @@ def run_replay(args: argparse.Namespace, stop: threading.Event) -> int:
              f'{", looping" if replay.settings.loop else ""}) at rate '
              f'{args.rate:g}{" (as fast as SITL asks)" if args.rate == 0 else ""}')
     threading.Thread(target=lambda: (replay.finished.wait(), stop.set()), daemon=True).start()
-    return serve(link, replay, stop, conventions)
+    code = serve(link, replay, stop, conventions)
+    return 1 if replay.error else code
 
 
 def live_checks(checker: ConventionChecker) -> LiveConventions:
@@ -314,8 +350,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                           f'{", ".join(groups) or "none"})')
     driving = [groups[args.group]] if args.group else list(config.outputs)
     count = args.vehicles
-    if count < 1:
-        raise ConfigError(f'--vehicles: {count} is not a number of vehicles (1 or more)')
+    check_fleet(config.link.instance, count)
     if count > 1 and args.reply_first:
         raise ConfigError('--reply-first serves one vehicle: a fleet steps its world when '
                           'every SITL has sent its frame')
@@ -424,9 +459,9 @@ def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
         channels = parse_channels(args.channels)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if args.rate <= 0 or args.timeout <= 0 or args.servo_max <= args.servo_min:
-        raise ConfigError('--rate and --timeout must be positive and --servo-max above '
-                          '--servo-min')
+    if args.servo_max <= args.servo_min:
+        raise ConfigError(f'--servo-max: {args.servo_max:g} is not above --servo-min '
+                          f'{args.servo_min:g}')
     config = load_config(args.config, '', {
         'instance': args.instance, 'bind_address': args.bind_address, 'port': args.port})
     settings = FdmDataSettings(
@@ -467,12 +502,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stop.set())
     try:
+        check_options(args)
         if args.command == 'fdmdata':
             return run_fdmdata(args, stop)
         if args.command == 'mujoco':
             return run_mujoco(args, stop)
         if args.command == 'check':
-            return run_check(args)
+            return run_check(args, stop)
         return run_replay(args, stop)
     except (ConfigError, BagError, VehicleError) as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))

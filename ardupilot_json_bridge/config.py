@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import difflib
 import math
 import os
+import re
 import sys
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
@@ -17,11 +18,13 @@ import yaml
 
 from ardupilot_json_bridge.core.protocol import MAX_RANGEFINDERS
 from ardupilot_json_bridge.core.pwm import ActuatorField, ChannelScaling, OutputGroup, OutputKind
-from ardupilot_json_bridge.core.settings import LinkSettings, StateSettings
+from ardupilot_json_bridge.core.settings import (
+    LinkSettings, MAX_FLEET, MAX_INSTANCE, MAX_PORT, MAX_RATE, StateSettings)
 
 NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
 RANGE, LASER_SCAN = 'range', 'laser_scan'
+GROUP_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 IGNORED_PREFIXES = ('use_sim_time', 'qos_overrides.', 'start_type_description_service')
 
 
@@ -29,6 +32,17 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """'; did you mean <closest>?' for a misspelled name, or nothing when none is close."""
     close = difflib.get_close_matches(name, list(known), n=1)
     return f'; did you mean {close[0]}?' if close else ''
+
+
+def one_line(error: BaseException) -> str:
+    """Return an error's text on one line (a YAML or a storage library's error spans several)."""
+    return ' '.join(str(error).split())
+
+
+def shown_name(name: Any) -> str:
+    """Return a name as an error line shows it: as it is, or quoted if it would break the line."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)
 
 
 class ConfigError(ValueError):
@@ -62,12 +76,12 @@ def _rangefinder_specs() -> Tuple[ParameterSpec, ...]:
 
 
 PARAMETERS: Tuple[ParameterSpec, ...] = (
-    ParameterSpec('instance', 0, 'SITL instance (-I N); the link listens on 9002 + 10 N',
-                  read_only=True, minimum=0, maximum=6553),
+    ParameterSpec('instance', 0, f'SITL instance (-I N), 0 to {MAX_INSTANCE}; the link listens '
+                  'on 9002 + 10 N', read_only=True, minimum=0, maximum=MAX_INSTANCE),
     ParameterSpec('bind_address', '127.0.0.1', 'Address to listen on; 0.0.0.0 when SITL runs '
                   'in a VM, a container or WSL', read_only=True),
     ParameterSpec('port', 0, 'UDP port to listen on; 0 for 9002 + 10 x instance',
-                  read_only=True, minimum=0, maximum=65535),
+                  read_only=True, minimum=0, maximum=MAX_PORT),
     ParameterSpec('fresh_timeout', 0.5, 'Wall seconds a SITL frame waits for physics newer '
                   'than the last reply before it goes unanswered', minimum=0.001, maximum=10.0),
     ParameterSpec('peer_timeout', 2.0, 'Wall seconds of silence after which another SITL '
@@ -145,18 +159,59 @@ class BridgeConfig:
     raw_pwm_topic: str = 'servo_pwm'
 
 
-def _number(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> float:
+@dataclass(frozen=True)
+class Limits:
+    """The range a number must lie in; above: the minimum itself is refused (a rate > 0)."""
+
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    above: bool = False
+
+
+def check_number(name: str, value: Any, limits: Limits = Limits()) -> float:
+    """
+    Return value as a float if it is a finite number within limits, else raise ConfigError.
+
+    The one check of every numeric option and parameter (command line, YAML, ROS): NaN and
+    infinity are no numbers a setting can take.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f'{name}: expected a number, got {value!r}')
-    value = float(value)
-    if not math.isfinite(value):
-        raise ConfigError(f'{name}: expected a finite number, got {value!r}')
-    if spec is not None:
-        if spec.minimum is not None and value < spec.minimum:
-            raise ConfigError(f'{name}: {value:g} is below the minimum {spec.minimum:g}')
-        if spec.maximum is not None and value > spec.maximum:
-            raise ConfigError(f'{name}: {value:g} is above the maximum {spec.maximum:g}')
-    return value
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ConfigError(f'{name}: {value} is too large a number') from None
+    if not math.isfinite(number):
+        raise ConfigError(f'{name}: expected a finite number, got {number!r}')
+    low, high = limits.minimum, limits.maximum
+    if low is not None and limits.above and number <= low:
+        raise ConfigError(f'{name}: {number:g} is not above {low:g}')
+    if low is not None and number < low:
+        raise ConfigError(f'{name}: {number:g} is below the minimum {low:g}')
+    if high is not None and number > high:
+        raise ConfigError(f'{name}: {number:g} is above the maximum {high:g}')
+    return number
+
+
+# A rate in Hz of a free-running source (its IMU, its polls): above 0, up to MAX_RATE.
+RATE_LIMITS = Limits(0.0, MAX_RATE, above=True)
+# The vehicles of one fleet.
+FLEET_LIMITS = Limits(1, MAX_FLEET)
+
+
+def check_fleet(first_instance: int, count: int) -> None:
+    """Refuse a fleet (vehicle k on SITL instance first + k) whose last vehicle has no port."""
+    check_number('vehicles', count, FLEET_LIMITS)
+    last = first_instance + count - 1
+    if last > MAX_INSTANCE:
+        raise ConfigError(f'vehicles: {count} vehicles from instance {first_instance} reach '
+                          f'instance {last}, past the last one with a UDP port '
+                          f'({MAX_INSTANCE}); start at instance {MAX_INSTANCE - count + 1} '
+                          'or lower')
+
+
+def _number(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> float:
+    return check_number(name, value, Limits(spec.minimum, spec.maximum) if spec else Limits())
 
 
 def _integer(name: str, value: Any, spec: Optional[ParameterSpec] = None) -> int:
@@ -278,6 +333,10 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
     groups = parameters.get('output_groups') or []
     group_names = [_text(f'output_groups[{i}]', g)
                    for i, g in enumerate(_list('output_groups', groups))]
+    for index, name in enumerate(group_names):
+        if not GROUP_NAME.match(name):
+            raise ConfigError(f'output_groups[{index}]: {name!r} is no group name (letters, '
+                              'digits and _, not first a digit: it is part of parameter names)')
     if len(set(group_names)) != len(group_names):
         raise ConfigError(f'output_groups: names repeat in {group_names}')
     group_settings: Dict[str, Dict[str, Any]] = {name: {} for name in group_names}
@@ -291,7 +350,8 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
                 raise ConfigError(f'{key}: group {parts[1]!r} is not listed in output_groups')
             group_settings[parts[1]][parts[2]] = value
             continue
-        raise ConfigError(f'{key}: unknown parameter{did_you_mean(key, PARAMETER_DEFAULTS)}')
+        raise ConfigError(f'{shown_name(key)}: unknown parameter'
+                          f'{did_you_mean(key, PARAMETER_DEFAULTS)}')
     values = dict(PARAMETER_DEFAULTS)
     values.update({k: v for k, v in parameters.items() if k in PARAMETER_DEFAULTS})
     spec = SPECS_BY_NAME
@@ -308,9 +368,6 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         peer_timeout=_number('peer_timeout', values['peer_timeout'], spec['peer_timeout']),
         no_time_sync=_flag('no_time_sync', values['no_time_sync']),
         no_lockstep=_flag('no_lockstep', values['no_lockstep']))
-    if link.listen_port > 65535:
-        raise ConfigError(f'instance: {link.instance} puts the port at {link.listen_port}, '
-                          'past 65535')
     state = StateSettings(
         odometry_only=_flag('odometry_only', values['odometry_only']),
         max_odometry_lag=_number('max_odometry_lag', values['max_odometry_lag'],
@@ -361,8 +418,13 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
     Sections apply as ROS applies them: '/**' first, then the node's own name with or
     without its namespace.
     """
-    with open(path) as stream:
-        document = yaml.safe_load(stream) or {}
+    try:
+        with open(path) as stream:
+            document = yaml.safe_load(stream) or {}
+    except OSError as error:
+        raise ConfigError(f'{path}: cannot read it ({error.strerror or error})') from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ConfigError(f'{path}: not YAML: {one_line(error)}') from None
     if not isinstance(document, Mapping):
         raise ConfigError(f'{path}: expected a mapping of node names to ros__parameters')
     full_name = '/' + '/'.join(p for p in (namespace.strip('/'), node_name) if p)
@@ -370,10 +432,14 @@ def load_parameters_file(path: str, node_name: str = NODE_NAME,
     for section in ('/**', node_name, full_name):
         body = document.get(section)
         if isinstance(body, Mapping):
-            parameters.update(flatten(body.get('ros__parameters') or {}))
+            values = body.get('ros__parameters') or {}
+            if not isinstance(values, Mapping):
+                raise ConfigError(f'{path}: {section}: ros__parameters is not a mapping of '
+                                  f'parameter names to values: {values!r}')
+            parameters.update(flatten(values))
     if not parameters and document:
         raise ConfigError(f'{path}: no ros__parameters for node {full_name} (sections: '
-                          f'{", ".join(map(str, document))})')
+                          f'{", ".join(map(shown_name, document))})')
     return parameters
 
 

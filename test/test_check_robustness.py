@@ -228,3 +228,54 @@ def test_check_command_leaves_a_nan_gyro_sample_out(tmp_path):
     rate = [line for line in result.stdout.splitlines() if line.startswith('time: imu rate')]
     assert rate and ' ok ' in rate[0] and 'nan' not in rate[0], result.stdout + result.stderr
     assert 'samples: finite' in result.stdout
+
+
+class NotStopped(Exception):
+    """The endless bag was still being read long after the signal."""
+
+
+def endless_bag(signal_after: int, give_up: float):
+    """
+    Read a bag that never ends (a vehicle at rest, 100 Hz): a bag too large to wait for.
+
+    After signal_after messages the process gets SIGINT, as from Ctrl-C; a check still
+    reading give_up seconds later raises NotStopped.
+    """
+    import os
+    import signal
+    import time
+    from ardupilot_json_bridge.sources.bagfile import BagMessage
+    store = ros_messages.STORES['jazzy']
+    deadline = None
+    for index in range(10 ** 9):
+        if index == signal_after:
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + give_up
+        if deadline is not None and time.monotonic() > deadline:
+            raise NotStopped(f'still reading {give_up} s after SIGINT ({index} messages)')
+        stamp = index * 0.01
+        log_ns = round(stamp * 1e9)
+        yield BagMessage('/imu', log_ns, ros_messages.imu(
+            store, stamp, (0.0, 0.0, 0.0), (0.0, 0.0, 9.81)))
+        yield BagMessage('/odom', log_ns, ros_messages.odometry(
+            store, stamp, (0.0, 0.0, 0.1), (0.0, 0.0, 0.0, 1.0)))
+
+
+def test_check_stops_reading_on_ctrl_c_and_says_so(monkeypatch, caplog, capsys):
+    # The handler set a flag run_check never read: a large bag was read to its end.
+    import signal
+    from ardupilot_json_bridge import cli
+    from ardupilot_json_bridge.sources import bagfile
+    monkeypatch.setattr(bagfile, 'read_messages',
+                        lambda bag, topics: endless_bag(signal_after=500, give_up=5.0))
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = cli.main(['check'])
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    assert code == cli.INTERRUPTED == 130
+    assert 'check: stopped after' in caplog.text and 'the checks judge those only' in \
+        caplog.text, caplog.text
+    # What was read before the signal is judged: at rest, gravity is measured.
+    assert 'gravity' in capsys.readouterr().out

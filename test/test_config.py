@@ -33,6 +33,8 @@ def test_every_parameter_has_a_description_and_valid_default():
 @pytest.mark.parametrize('parameters,message', [
     ({'instance': -1}, 'instance: -1 is below the minimum 0'),
     ({'instance': 1.5}, 'instance: expected a whole number'),
+    # 9002 + 10 x 5654 = 65542: past the last UDP port, so past the declared range.
+    ({'instance': 5654}, 'instance: 5654 is above the maximum 5653'),
     ({'port': 70000}, 'port: 70000 is above the maximum 65535'),
     ({'fresh_timeout': 'soon'}, 'fresh_timeout: expected a number'),
     ({'odometry_only': 1}, 'odometry_only: expected true or false'),

@@ -30,6 +30,8 @@ def test_fleet_derives_namespaces_instances_ports(count, prefix, first, expected
     ('2', '', '0', 'namespace_prefix: vehicles need a namespace prefix'),
     ('2', '9uav', '0', 'is not a valid ROS namespace'),
     ('2', 'uav', '-1', 'first_instance'),
+    # The second vehicle would be instance 5654, on port 65542: past the last UDP port.
+    ('2', 'uav', '5653', 'first_instance: 5653 is outside 0..5652'),
 ])
 def test_fleet_refuses_bad_arguments(count, prefix, first, message):
     with pytest.raises(LaunchArgumentError, match=message):
@@ -41,6 +43,10 @@ def test_single_vehicle():
     assert single_vehicle('/uav1', '1').port == 9012
     with pytest.raises(LaunchArgumentError, match='instance'):
         single_vehicle('uav', 'x')
+    # 9002 + 10 x 5653 = 65532 is the last port an instance has.
+    assert single_vehicle('uav', '5653').port == 65532
+    with pytest.raises(LaunchArgumentError, match=r'instance: 5654 is outside 0\.\.5653'):
+        single_vehicle('uav', '5654')
 
 
 @pytest.mark.parametrize('text,value', [('true', True), ('False', False), ('1', True),
@@ -87,7 +93,8 @@ def test_launch_files_declare_their_arguments(name, arguments):
 def test_rates_are_positive_hertz():
     assert parse_rate('imu_rate', '250') == 250.0
     for text, message in [('fast', 'imu_rate: expected a rate in Hz'),
-                          ('0', 'imu_rate: 0 Hz is outside'), ('-5', 'outside')]:
+                          ('0', 'imu_rate: 0 is not above 0'), ('-5', 'not above 0'),
+                          ('inf', 'imu_rate: expected a finite number')]:
         with pytest.raises(LaunchArgumentError, match=message):
             parse_rate('imu_rate', text)
 

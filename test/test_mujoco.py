@@ -110,19 +110,28 @@ def test_a_frame_after_a_forward_pass_steps_as_mujocos_whole_step_would(integrat
     assert split.state().body_rates != (0.0, 0.0, 0.0)  # it turned: the commands acted
 
 
-@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
-def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_first):
+@contextmanager
+def lock_step(**options) -> Iterator[tuple]:
+    """Serve the quad X in lock-step to a test SITL peer: (vehicle, source, peer), then stop."""
     config = load_config(default_preset(), '', {})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
-    checker = ConventionChecker(window=10.0)
-    source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
-                            reply_first=reply_first)
+    source = MujocoLockStep(vehicle, state, config.outputs[0], **options)
     link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), state,
                     on_frame=source.on_frame, on_restart=source.on_restart)
     link.start()
     peer = SitlPeer(link.address[1])
     try:
+        yield vehicle, source, peer
+    finally:
+        peer.close()
+        link.stop()
+
+
+@pytest.mark.parametrize('reply_first', [False, True], ids=['lock-step', 'reply-first'])
+def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_first):
+    checker = ConventionChecker(window=10.0)
+    with lock_step(checker=checker, reply_first=reply_first) as (_, source, peer):
         replies = [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(600)]
         peer.send(frame_count=peer.frame_count - 1, pwm=[1700] * 4 + [0] * 12)
         assert peer.receive() is not None
@@ -143,9 +152,31 @@ def test_lock_step_steps_one_frame_per_new_packet_and_resets_on_restart(reply_fi
         assert reply['position'][2] == pytest.approx(ground, abs=0.01)
         (restarted,) = checker.checks()  # the flight before the restart is forgotten
         assert restarted.measured.startswith('1 IMU and 1 odometry'), restarted
-    finally:
-        peer.close()
-        link.stop()
+
+
+def test_a_diverged_simulation_is_named_and_its_clock_carries_on(caplog, tmp_path,
+                                                                 monkeypatch):
+    # MuJoCo resets a diverged world to its start and to time 0: the log blamed "a simulation
+    # reset or looping bag" for the clock going back. (MuJoCo writes its MUJOCO_LOG.TXT to the
+    # working directory: a temporary one.)
+    monkeypatch.chdir(tmp_path)
+    with lock_step() as (vehicle, _, peer):
+        replies = [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(300)]
+        ground = replies[0]['position'][2]
+        assert replies[-1]['position'][2] < ground - 0.05    # it climbed
+        clock = vehicle.time
+        # The next step diverges (changed between advances: forwarded cleared, as advances ask).
+        vehicle.data.qvel[2] = math.nan
+        vehicle.forwarded = False
+        replies += [peer.step(pwm=[1700] * 4 + [0] * 12) for _ in range(2)]
+    # Back at its start, as MuJoCo left it; the clock one frame on, not at 0.
+    assert replies[-2]['position'][2] == pytest.approx(ground, abs=0.01)
+    assert vehicle.time == pytest.approx(clock + 2 / 1200, abs=1e-9)
+    assert np.allclose(np.diff([r['timestamp'] for r in replies]), 1 / 1200, atol=1e-9)
+    assert vehicle.divergences == 1
+    assert 'MuJoCo diverged (velocity not finite or huge at degree of freedom 2)' in \
+        caplog.text, caplog.text
+    assert 'went back' not in caplog.text, caplog.text
 
 
 def test_reply_first_answers_each_frame_with_what_lock_step_answered_the_frame_before():

@@ -212,7 +212,8 @@ def test_real_arduplane_takes_off_loiters_and_returns_in_lock_step_in_a_wind(tmp
 @pytest.mark.parametrize('arguments, message', [
     (['--model', 'rover', '--wind', '3,0'], 'rover.xml has no aerodynamics to feel a wind'),
     (['--model', 'plane', '--wind', '3,east'], "expected EAST,NORTH[,UP] in m/s, got '3,east'"),
-    (['--model', 'plane', '--gust', '-1'], 'gusts need a standard deviation >= 0'),
+    (['--model', 'plane', '--gust', '-1'], '--gust: -1 is below the minimum 0'),
+    (['--model', 'plane', '--wind', '3,nan'], '--wind[1]: expected a finite number, got nan'),
 ])
 def test_a_wind_the_engine_cannot_blow_is_refused_before_anything_starts(
         arguments, message, caplog):

@@ -169,6 +169,21 @@ def test_a_real_time_factor_out_of_range_is_one_fatal_line(value):
     assert 'Traceback' not in output, output
 
 
+@pytest.mark.parametrize('parameter, message', [
+    # round(inf) raised an OverflowError: a traceback; NaN, a ValueError naming no parameter.
+    ('imu_rate:=.inf', 'imu_rate: expected a finite number, got inf'),
+    ('odom_rate:=.nan', 'odom_rate: expected a finite number, got nan'),
+    ('vehicles:=65', 'vehicles: 65 is above the maximum 64'),
+])
+def test_a_number_that_cannot_work_is_one_fatal_line(parameter, message):
+    with reaped(simulator('/badnumber', parameter)) as process:
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    (fatal,) = [line for line in output.splitlines() if 'FATAL' in line]
+    assert message in fatal, output
+    assert 'Traceback' not in output, output
+
+
 def test_numbers_given_as_integers_are_taken():
     # imu_rate:=250 and wind:=[5, 0, 0] are integers to ROS: declared as doubles, they ended
     # the simulator with an InvalidParameterTypeException traceback.

@@ -337,6 +337,8 @@ def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
 
 @pytest.mark.parametrize('arguments,message', [
     (['-p', 'instance:=-3'], 'out of range'),
+    # The descriptor's range is the ports': 9002 + 10 x 5654 is past 65535.
+    (['-p', 'instance:=5654'], 'out of range'),
     (['-p', 'odom_topic:=/absolute/odom'], 'is absolute'),
     (['-p', 'port:=PORT'], 'is already in use'),
 ])

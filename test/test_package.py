@@ -170,7 +170,40 @@ def test_readme_commands_are_what_ci_runs():
     assert "pip install -e '.[test,jazzy]' && python -m pytest -ra test/" in text
     assert "python -m pip install --quiet -e '.[test,jazzy]'" in script
     assert 'python -m pytest -ra test/' in script
-    assert "pip install '.[mujoco]' && ardupilot-json-bridge mujoco" in text
+    assert "pip install '.[mujoco,replay]' && ardupilot-json-bridge mujoco" in text
+
+
+# What each command the README shows imports beyond the core dependencies (by hand, from
+# cli.py: the engine imports mujoco; --record, replay and check read or write bags through
+# rosbags; fdmdata needs nothing more). The ROS nodes need ROS, installed apart.
+COMMAND_NEEDS = {'mujoco': {'mujoco'}, '--record': {'rosbags'}, 'replay': {'rosbags'},
+                 'check': {'rosbags'}, 'fdmdata': set()}
+
+
+def setup_extras() -> dict:
+    """setup.py's extras_require, read without running setup.py: extra -> distributions."""
+    with open(os.path.join(ROOT, 'setup.py')) as source:
+        tree = ast.parse(source.read())
+    (extras,) = [keyword.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 for keyword in node.keywords if keyword.arg == 'extras_require']
+    return {extra: {re.split(r'[<>=!~\[ ]', requirement)[0] for requirement in requirements}
+            for extra, requirements in ast.literal_eval(extras).items()}
+
+
+def test_the_readmes_first_install_gives_every_command_it_shows():
+    # After the README's pip install '.[mujoco]', mujoco --record, replay and check stopped
+    # with "needs the rosbags package".
+    with open(os.path.join(ROOT, 'README.md')) as readme:
+        text = readme.read()
+    first = re.search(r"pip install '\.\[([a-z,]+)\]'", text).group(1).split(',')
+    extras = setup_extras()
+    installed = set().union(*(extras[extra] for extra in first))
+    shown = [command for command in COMMAND_NEEDS
+             if re.search(rf'ardupilot-json-bridge {command}\b|{command} BAG', text)]
+    assert set(shown) == set(COMMAND_NEEDS), shown
+    missing = {command: COMMAND_NEEDS[command] - installed for command in shown
+               if COMMAND_NEEDS[command] - installed}
+    assert missing == {}, f"pip install '.[{','.join(first)}]' leaves out {missing}"
 
 
 # ROS_DOMAIN_ID given a number: `ROS_DOMAIN_ID=93`, `'ROS_DOMAIN_ID': '93'`, `..., '93')`.

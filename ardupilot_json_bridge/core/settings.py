@@ -9,6 +9,13 @@ from dataclasses import dataclass
 
 SITL_BASE_PORT = 9002
 SITL_PORT_STRIDE = 10
+MAX_PORT = 65535
+# The last SITL instance whose port exists: 9002 + 10 x 5653 = 65532.
+MAX_INSTANCE = (MAX_PORT - SITL_BASE_PORT) // SITL_PORT_STRIDE
+# The most vehicles one fleet serves (launch files, the engine, mujoco-sim).
+MAX_FLEET = 64
+# The most samples a second a free-running source publishes or polls (Hz).
+MAX_RATE = 10000.0
 # Pacings of SensorState (see state.py).
 GRID = 'grid'
 SAMPLES = 'samples'

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import re
 from typing import Any, Dict, List, Tuple, Union
 
-from ardupilot_json_bridge.core.settings import sitl_port
+from ardupilot_json_bridge.config import check_number, ConfigError, RATE_LIMITS
+from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_INSTANCE, sitl_port
 
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
-MAX_FLEET = 64
-MAX_RATE = 10000.0
 # Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
 MAX_REAL_TIME_FACTOR = 1.0
 
@@ -54,10 +53,10 @@ def parse_count(name: str, text: str, minimum: int, maximum: int) -> int:
 
 
 def parse_rate(name: str, text: str) -> float:
-    value = _parse_number(name, text, 'a rate in Hz')
-    if not 0.0 < value <= MAX_RATE:
-        raise LaunchArgumentError(f'{name}: {value:g} Hz is outside 0..{MAX_RATE:g}')
-    return value
+    try:
+        return check_number(name, _parse_number(name, text, 'a rate in Hz'), RATE_LIMITS)
+    except ConfigError as error:
+        raise LaunchArgumentError(str(error)) from None
 
 
 def parse_real_time_factor(name: str, text: str) -> float:
@@ -109,7 +108,7 @@ def bridge_node_arguments(vehicle: VehicleLaunch, use_sim_time: bool,
 def single_vehicle(namespace: str, instance: str) -> VehicleLaunch:
     """bridge.launch.py's vehicle from its namespace and instance arguments."""
     return VehicleLaunch(parse_namespace('namespace', namespace),
-                         parse_count('instance', instance, 0, 6553))
+                         parse_count('instance', instance, 0, MAX_INSTANCE))
 
 
 def fleet(count: str, prefix: str, first_instance: str) -> List[VehicleLaunch]:
@@ -119,7 +118,8 @@ def fleet(count: str, prefix: str, first_instance: str) -> List[VehicleLaunch]:
     Instance N listens on 9002 + 10 N, which is where sim_vehicle.py -I N sends.
     """
     number = parse_count('count', count, 1, MAX_FLEET)
-    first = parse_count('first_instance', first_instance, 0, 6553 - number + 1)
+    first = parse_count('first_instance', first_instance, 0,
+                        MAX_INSTANCE - number + 1)
     base = parse_namespace('namespace_prefix', prefix)
     if not base:
         raise LaunchArgumentError('namespace_prefix: vehicles need a namespace prefix')

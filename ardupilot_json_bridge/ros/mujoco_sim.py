@@ -35,7 +35,8 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float64, Float64MultiArray
 
 from ardupilot_json_bridge.config import (
-    config_from_parameters, ConfigError, load_parameters_file, NODE_NAME, shipped_preset)
+    check_number, config_from_parameters, ConfigError, FLEET_LIMITS, Limits,
+    load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.launch_config import check_real_time_factor
@@ -43,7 +44,7 @@ from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     advance_together, DEFAULT_VEHICLE, load_world, MODELS_DIR, MujocoVehicle, VehicleError,
     VEHICLES)
-from ardupilot_json_bridge.sources.wind import Wind
+from ardupilot_json_bridge.sources.wind import GUST_LIMITS, Wind
 
 # Commands are taken with node.COMMAND_QOS, the QoS the bridge publishes them with.
 # Sensors: reliable like ros_gz_bridge; best-effort subscribers receive them too.
@@ -60,20 +61,16 @@ MAX_LAG = 0.1
 class MujocoSim(Node):
     """A free-running MuJoCo vehicle with Gazebo-like topics."""
 
-    def _number(self, name: str, default: float) -> float:
+    def _number(self, name: str, default: float, limits: Limits = Limits()) -> float:
         """Declare a number that may be given as an integer (imu_rate:=250) and return it."""
-        value = self.declare_parameter(name, default, NUMBER).value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f'{name}: {value!r} is not a number')
-        return float(value)
+        return check_number(name, self.declare_parameter(name, default, NUMBER).value, limits)
 
     def _numbers(self, name: str, default: List[float]) -> List[float]:
         """Declare a list of numbers that may be integers (wind:=[5, 0, 0]) and return it."""
         value = self.declare_parameter(name, default, NUMBER).value
-        if isinstance(value, (str, bytes, bool)) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        if isinstance(value, (str, bytes, bool)):
             raise ValueError(f'{name}: {value!r} is not a list of numbers')
-        return [float(v) for v in value]
+        return [check_number(f'{name}[{index}]', v) for index, v in enumerate(value)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('mujoco_sim', **kwargs)
@@ -82,19 +79,18 @@ class MujocoSim(Node):
             raise ValueError(f'vehicle: {name!r} is not one of {", ".join(VEHICLES)}')
         model = self.declare_parameter('model', '').value
         preset = self.declare_parameter('preset', '').value
-        self.rate = self._number('imu_rate', 1000.0)
-        odom_rate = self._number('odom_rate', 250.0)
+        self.rate = self._number('imu_rate', 1000.0, RATE_LIMITS)
+        odom_rate = self._number('odom_rate', 250.0, Limits(0.0, self.rate, above=True))
         self.real_time_factor = check_real_time_factor(
             'real_time_factor', self._number('real_time_factor', 1.0))
         command_type = self.declare_parameter('command_type', '').value
         self.frame_id = self.declare_parameter('frame_id', 'odom').value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
-        count = int(self.declare_parameter('vehicles', 1).value)
+        count = int(check_number('vehicles', self.declare_parameter('vehicles', 1).value,
+                                 FLEET_LIMITS))
         prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
-        if count < 1:
-            raise ValueError(f'vehicles: {count} is not a number of vehicles (1 or more)')
         wind = self._numbers('wind', [0.0, 0.0, 0.0])
-        gust = self._number('gust', 0.0)
+        gust = self._number('gust', 0.0, GUST_LIMITS)
         shipped = VEHICLES[name]
         path = model or os.path.join(MODELS_DIR, shipped.model)
         world = load_world(path, count)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, Tuple
 
+from ardupilot_json_bridge.config import one_line
+
 # The simulated clock a bag may hold beside its topics (rosgraph_msgs/Clock).
 CLOCK_TOPIC = '/clock'
 ROSBAGS_MISSING = ('reading or writing bags needs the rosbags package: pip install rosbags '
@@ -45,7 +47,7 @@ def bag_topics(path: str) -> Dict[str, str]:
         with rosbags.highlevel.AnyReader([Path(path)]) as reader:
             return {c.topic: c.msgtype for c in reader.connections}
     except Exception as error:
-        raise BagError(f'cannot open bag {path}: {error}') from None
+        raise BagError(f'cannot open bag {path}: {one_line(error)}') from None
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def bag_span(path: str) -> BagSpan:
         with rosbags.highlevel.AnyReader([Path(path)]) as reader:
             return BagSpan(reader.start_time, reader.end_time, reader.message_count)
     except Exception as error:
-        raise BagError(f'cannot open bag {path}: {error}') from None
+        raise BagError(f'cannot open bag {path}: {one_line(error)}') from None
 
 
 def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
@@ -80,7 +82,7 @@ def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
     except BagError:
         raise
     except Exception as error:
-        raise BagError(f'cannot read bag {path}: {error}') from None
+        raise BagError(f'cannot read bag {path}: {one_line(error)}') from None
 
 
 def typestore(distribution: str = 'humble') -> Any:

@@ -16,6 +16,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.config import ConfigError
 from ardupilot_json_bridge.core.frames import euler_to_quaternion
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, ChannelScaling, OutputGroup, OutputKind
@@ -170,6 +171,15 @@ class FdmDataConverter:
         return self._position
 
 
+def resolve_host(host: str) -> str:
+    """Return the IPv4 address of the simulator's host, or raise ConfigError naming it."""
+    try:
+        return socket.gethostbyname(host)
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, 'strerror', None) or str(error)
+        raise ConfigError(f'--host {host!r}: no IPv4 address ({reason})') from None
+
+
 class FdmDataSource:
     """Polls the simulator at settings.rate in a thread and pushes samples into the state."""
 
@@ -186,10 +196,11 @@ class FdmDataSource:
             settings.scalings())])
         self._clock = clock
         self._start: Optional[float] = None
+        address = resolve_host(settings.host)
         self._data = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._data.connect((settings.host, settings.data_port))
+        self._data.connect((address, settings.data_port))
         self._controls = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._controls_target = (settings.host, settings.controls_port)
+        self._controls_target = (address, settings.controls_port)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._requests = [Request.GPS, Request.ACCELEROMETER, Request.GYROSCOPE,

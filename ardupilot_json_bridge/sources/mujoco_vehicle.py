@@ -26,12 +26,14 @@ What a vehicle needs (a boat or a sub is one more model file and one more preset
 """
 
 from dataclasses import dataclass
+import logging
 import math
 import os
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
 from ardupilot_json_bridge.sources.wind import Wind, WindSnapshot
 
@@ -42,6 +44,10 @@ DEFAULT_VEHICLE = 'quad_x'
 JOINT_SIZES = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}
 # Metres between a fleet's vehicles at the start, north of each other.
 FLEET_SPACING = 2.0
+# MuJoCo's warnings of a diverged simulation (mjtWarning), after which mj_step resets the
+# whole world to its initial state and time 0 (engine_forward.c, mj_checkPos/Vel/Acc).
+DIVERGENCE_WARNINGS = {'mjWARN_BADQPOS': 'position', 'mjWARN_BADQVEL': 'velocity',
+                       'mjWARN_BADQACC': 'acceleration'}
 MUJOCO_MISSING = ('the MuJoCo engine needs the mujoco package: pip install mujoco '
                   "(or pip install 'ardupilot_json_bridge[mujoco]')")
 
@@ -232,6 +238,9 @@ class MujocoVehicle:
         self.commands = [0.0] * self.actuator_count
         self.speeds = [0.0] * self.actuator_count
         self.steps = 0
+        # Times MuJoCo found the world diverged and reset it (advance_together).
+        self.divergences = 0
+        self.warnings = RateLimitedLog(logging.getLogger('ardupilot_json_bridge.mujoco'))
         # MuJoCo's RK4 as the int model.opt.integrator reads (an enum compares slower).
         self.rk4 = int(mujoco.mjtIntegrator.mjINT_RK4)
         # The step the rotors' lag per step (blend) was worked out for.
@@ -435,6 +444,7 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     mujoco, model, data = first._mujoco, first.model, first.data
     count = max(1, round(duration / first.nominal_step))
     step = duration / count
+    end = data.time + count * step
     # Read every time, as the step is set: a viewer's physics panel may change either.
     model.opt.timestep = step
     # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
@@ -450,5 +460,33 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
             mujoco.mj_step(model, data)
     for vehicle in vehicles:
         vehicle.steps += count
+    if data.time < end - 0.5 * step:
+        _diverged(vehicles, end)
     mujoco.mj_forward(model, data)
     first.forwarded = True
+
+
+def _diverged(vehicles: Sequence[MujocoVehicle], end: float) -> None:
+    """
+    Say that MuJoCo reset the world (time 0, every body at its start); keep the clock running.
+
+    Without this the reset reads as the source's clock jumping back, which the link puts down
+    to a simulation reset or a looping bag. The vehicles' rotors stop, as at the start.
+    """
+    first = vehicles[0]
+    mujoco, data = first._mujoco, first.data
+    causes = []
+    for name, what in DIVERGENCE_WARNINGS.items():
+        warning = data.warning[int(getattr(mujoco.mjtWarning, name))]
+        if warning.number:
+            causes.append(f'{what} not finite or huge at degree of freedom {warning.lastinfo}')
+            warning.number = 0
+    data.time = end
+    for vehicle in vehicles:
+        vehicle.commands[:] = [0.0] * vehicle.actuator_count
+        vehicle.speeds[:] = [0.0] * vehicle.actuator_count
+        vehicle.divergences += 1
+    first.warnings.error('diverged', f'MuJoCo diverged ({"; ".join(causes) or "unstable"}) '
+                                     f'and reset {first.path} to its start at {end:.3f} s of '
+                                     'physics: an unstable model, a stiff contact or too long a '
+                                     'time step; the clock carries on')

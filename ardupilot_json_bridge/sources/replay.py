@@ -18,16 +18,20 @@ from dataclasses import dataclass
 import logging
 import threading
 import time
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, List, Optional, Sequence
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
+from ardupilot_json_bridge.config import check_number, Limits
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE
 from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
 from ardupilot_json_bridge.messages.routes import CONVENTION_OBSERVERS, deliver, InputRoute
 from ardupilot_json_bridge.sources.bagfile import (
     bag_span, bag_topics, BagError, BagMessage, CLOCK_TOPIC, read_messages)
 
+# Playback speeds: 0 plays as fast as SITL asks, R > 0 at R times the recording's pace.
+RATE_LIMITS = Limits(0.0, 1000.0)
 # Seconds of wall time between progress lines.
 PROGRESS_PERIOD = 10.0
 # Wall seconds a lock-step replay waits at the end for SITL to take its last samples.
@@ -40,6 +44,38 @@ def resolve_topic(namespace: str, topic: str) -> str:
     """Return the absolute name a relative topic has under a namespace, as ROS resolves it."""
     parts = [p for p in (namespace.strip('/'), topic.strip('/')) if p]
     return '/' + '/'.join(parts)
+
+
+@dataclass(frozen=True)
+class WantedTopic:
+    """A topic read from a bag: its absolute name, the type it is read as, what it feeds."""
+
+    topic: str
+    msgtype: str
+    name: str
+    mandatory: bool = False
+
+
+def check_bag_topics(bag: str, wanted: Sequence[WantedTopic]) -> Dict[str, str]:
+    """
+    Refuse a bag without a mandatory topic, or with a wanted topic of another type.
+
+    The one validation of a bag's topics, for replay and check alike; returns the bag's topics
+    (name -> type) for the caller to tell which optional ones it lacks.
+    """
+    available = bag_topics(bag)
+    listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+    missing = [f'{entry.topic} ({entry.msgtype}) for the {entry.name} input' for entry in wanted
+               if entry.mandatory and entry.topic not in available]
+    if missing:
+        raise BagError(f'{bag} has no {" and no ".join(missing)}; its topics: {listing}. Set '
+                       '--namespace or the topic parameters in --config.')
+    for entry in wanted:
+        msgtype = available.get(entry.topic)
+        if msgtype is not None and msgtype != entry.msgtype:
+            raise BagError(f'{entry.topic} in {bag} is {msgtype}, but the {entry.name} input '
+                           f'reads {entry.msgtype}')
+    return available
 
 
 @dataclass(frozen=True)
@@ -58,9 +94,7 @@ class BagReplay:
     def __init__(self, settings: ReplaySettings, routes: List[InputRoute], state: SensorState,
                  logger: Optional[logging.Logger] = None,
                  checker: Optional[ConventionChecker] = None) -> None:
-        if settings.rate < 0.0:
-            raise BagError(f'--rate must be 0 (as fast as SITL asks) or positive, not '
-                           f'{settings.rate}')
+        check_number('--rate', settings.rate, RATE_LIMITS)
         self.settings = settings
         self.state = state
         # Sees the IMU and odometry as recorded (the live convention checks), if given.
@@ -86,6 +120,8 @@ class BagReplay:
         self._thread: Optional[threading.Thread] = None
         self.loops = 0
         self.delivered = 0
+        # Why the replay stopped before the bag's end (a bag damaged midway), if it did.
+        self.error: Optional[str] = None
         self.primary_step = 0.0
         self._log_to_stamp = 0.0
         self._wall_start = 0.0
@@ -97,20 +133,15 @@ class BagReplay:
 
     def _check_topics(self) -> Dict[str, str]:
         """Refuse a bag without the mandatory topics or with other types; return its topics."""
-        available = bag_topics(self.settings.bag)
-        listing = ', '.join(f'{t} ({m})' for t, m in sorted(available.items())) or 'none'
+        wanted = [WantedTopic(topic, r.msgtype, r.name, r.mandatory)
+                  for topic, r in self.routes.items()]
+        if self.checker is not None:
+            wanted.append(WantedTopic(CLOCK_TOPIC, CLOCK_TYPE, 'clock'))
+        available = check_bag_topics(self.settings.bag, wanted)
         for topic, route in self.routes.items():
-            msgtype = available.get(topic)
-            if msgtype is None:
-                if route.mandatory:
-                    raise BagError(f'{self.settings.bag} has no {topic} ({route.msgtype}) for '
-                                   f'the {route.name} input; its topics: {listing}. Set '
-                                   '--namespace or the topic parameters in --config.')
+            if topic not in available:
                 self.logger.warning(f'{self.settings.bag} has no {topic}: the {route.name} '
                                     'input stays empty')
-            elif msgtype != route.msgtype:
-                raise BagError(f'{topic} in {self.settings.bag} is {msgtype}, but the '
-                               f'{route.name} input reads {route.msgtype}')
         return available
 
     def start(self) -> None:
@@ -126,6 +157,10 @@ class BagReplay:
     def _run(self) -> None:
         try:
             self._play()
+        except BagError as error:
+            # A bag damaged midway: one line, and the replay ends as at the bag's end.
+            self.error = str(error)
+            self.logger.error(f'replay stopped after {self.delivered} messages: {error}')
         finally:
             self.finished.set()
 

@@ -10,6 +10,10 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.config import check_number, Limits
+
+# The gusts' standard deviation (m/s): the engine's --gust and mujoco-sim's gust.
+GUST_LIMITS = Limits(0.0, 50.0)
 # The gusts' arrays and random state (None without gusts): what restore takes back.
 WindSnapshot = Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]
 
@@ -19,13 +23,11 @@ class Wind:
 
     def __init__(self, steady: Sequence[float] = (0.0, 0.0, 0.0), gust: float = 0.0,
                  time_constant: float = 2.0, seed: Optional[int] = 0) -> None:
-        values = np.asarray(steady, dtype=float)
-        if values.shape != (3,) or not np.all(np.isfinite(values)):
-            raise ValueError(f'wind: expected three finite m/s (east, north, up), got '
-                             f'{list(steady)}')
-        if not (math.isfinite(gust) and gust >= 0.0 and time_constant > 0.0):
-            raise ValueError(f'wind: gusts need a standard deviation >= 0 and a time constant '
-                             f'> 0, got {gust} and {time_constant}')
+        if len(steady) != 3:
+            raise ValueError(f'wind: expected three m/s (east, north, up), got {list(steady)}')
+        values = np.array([check_number(f'wind[{i}]', v) for i, v in enumerate(steady)])
+        gust = check_number('gust', gust, GUST_LIMITS)
+        time_constant = check_number('time_constant', time_constant, Limits(0.0, above=True))
         self.steady = values
         self.gust = gust
         self.time_constant = time_constant
