@@ -4,17 +4,18 @@ gazebo.launch.py flies real ArduCopter in real Gazebo (Harmonic, through ros_gz_
 Gazebo runs server-only (no display here) at half the wall clock, as the README advises for a
 small or busy machine; SITL is the project's quad X. The hover is judged on Gazebo's own pose
 of the model (OdometryPublisher's pose: the world pose of the model, no noise), not on SITL's
-estimate. Skips in one line where Gazebo and ros_gz (source /opt/gz/harmonic/activate.sh) or
-the prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
+estimate. `ros2 bag record` records the flight, and the project's `check` judges the bag.
+Skips in one line where Gazebo and ros_gz (source /opt/gz/harmonic/activate.sh) or the
+prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
 """
 
 import os
 import shutil
-from typing import Optional
+from typing import Optional, Tuple
 
 import pytest
 
-from ros2_tools import free_instances, launch, stop
+from ros2_tools import free_instances, launch, ros2, share
 import sitl_flight
 
 GAZEBO_ALTITUDE = 10.0
@@ -35,7 +36,7 @@ def gazebo_missing() -> Optional[str]:
     return None
 
 
-@pytest.fixture
+@pytest.fixture(scope='module')
 def gazebo(sourced_ros2) -> None:
     """Skip (one line) without Gazebo; give Gazebo transport a partition of this run's own."""
     reason = gazebo_missing()
@@ -49,18 +50,28 @@ def gazebo(sourced_ros2) -> None:
     os.environ['GZ_PARTITION'] = f'ardupilot_json_bridge_{os.getpid()}'
 
 
-def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo):
-    from test_mujoco_launch import fly_launched
+@pytest.fixture(scope='module')
+def gazebo_flight(gazebo, tmp_path_factory) -> Tuple[object, str]:
+    """
+    One flight through gazebo.launch.py, recorded by ros2 bag record (MCAP, sim time).
+
+    Returns the flight (test_mujoco_launch.LaunchedFlight) and the bag's folder.
+    """
+    from test_mujoco_launch import fly_recorded
     (instance,) = free_instances(1)
+    bag = str(tmp_path_factory.mktemp('bags') / 'gazebo_flight')
     launched = launch('gazebo.launch.py', 'server_only:=true', f'instance:={instance}',
                       sitl_flight.PACED)
-    try:
-        flight = fly_launched([instance], launched, GAZEBO_ALTITUDE,
-                              lambda _: '/quad/odom')[instance]
-    finally:
-        output = stop(launched)
-    print(f'gazebo.launch.py, server only, {sitl_flight.PACED}: {flight.summary()}')
-    flight.launch_output = output
+    flight = fly_recorded(instance, launched, bag,
+                          ['/clock', '/quad/imu', '/quad/odom', '/quad/servo_pwm',
+                           '/quad/command/motor_speed'], GAZEBO_ALTITUDE, lambda _: '/quad/odom')
+    print(f'gazebo.launch.py, server only, {sitl_flight.PACED}, recorded: {flight.summary()}')
+    return flight, bag
+
+
+def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_flight):
+    flight, _ = gazebo_flight
+    output = flight.launch_output
     record = flight.record
     assert record.armed and record.reached, (record.texts, output[-3000:],
                                              flight.sitl_log[-2000:])
@@ -73,3 +84,13 @@ def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo):
     assert record.landed, ('not disarmed after LAND; SITL said', record.texts[-10:])
     # Gazebo, ros_gz_bridge and the bridge ended cleanly on Ctrl-C.
     assert output.count('process has finished cleanly') == 3, output[-3000:]
+
+
+def test_the_gazebo_flights_bag_passes_check(gazebo_flight):
+    """Every check of the Gazebo bag ok or undecided (exit 0): Gazebo's messages as read."""
+    _, bag = gazebo_flight
+    checked = ros2('run', 'ardupilot_json_bridge', 'ardupilot-json-bridge', 'check', bag,
+                   '--namespace', 'quad', '--config', share('config', 'quad_x.yaml'),
+                   timeout=300.0)
+    print(checked.stdout)
+    assert checked.returncode == 0, checked.stdout

@@ -155,21 +155,34 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
     bag = str(tmp_path_factory.mktemp('bags') / 'flight')
     launched = launch('mujoco.launch.py', 'namespace_prefix:=quad', f'first_instance:={instance}',
                       'imu_rate:=250.0', 'odom_rate:=250.0', PACED)
+    flight = fly_recorded(instance, launched, bag,
+                          ['/clock', f'/{namespace}/imu', f'/{namespace}/odom',
+                           f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
+                           '/diagnostics'])
+    print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
+    return flight, bag, namespace
+
+
+def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
+                 altitude: float = ALTITUDE,
+                 odometry: Callable[[int], str] = quad_odometry) -> LaunchedFlight:
+    """
+    Fly real ArduCopter through a launched vehicle while `ros2 bag record` records topics.
+
+    The recorder and then the launch are stopped by Ctrl-C, cleanly (stop, stop_recorder).
+    """
     recorder = Running(['ros2', 'bag', 'record', '-s', 'mcap', '--use-sim-time', '-o', bag,
-                        '/clock', f'/{namespace}/imu', f'/{namespace}/odom',
-                        f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
-                        '/diagnostics'])
+                        *topics])
     try:
         assert recorder.wait_for_text('Recording...', 30), recorder.output
-        flight = fly_launched([instance], launched)[instance]
+        flight = fly_launched([instance], launched, altitude, odometry)[instance]
     finally:
         try:
             stop_recorder(recorder, bag)
         finally:
             output = stop(launched)
-    print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
     flight.launch_output = output
-    return flight, bag, namespace
+    return flight
 
 
 def test_real_arducopter_hovers_through_mujoco_launch_while_recorded(recorded_flight):
