@@ -164,12 +164,12 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
 
 
 def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
-                 altitude: float = ALTITUDE,
-                 odometry: Callable[[int], str] = quad_odometry) -> LaunchedFlight:
+                 altitude: float = ALTITUDE, odometry: Callable[[int], str] = quad_odometry,
+                 stopping: Callable[[Running], str] = stop) -> LaunchedFlight:
     """
     Fly real ArduCopter through a launched vehicle while `ros2 bag record` records topics.
 
-    The recorder and then the launch are stopped by Ctrl-C, cleanly (stop, stop_recorder).
+    The recorder and then the launch are stopped by Ctrl-C, cleanly (stop_recorder, stopping).
     """
     recorder = Running(['ros2', 'bag', 'record', '-s', 'mcap', '--use-sim-time', '-o', bag,
                         *topics])
@@ -180,7 +180,7 @@ def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
         try:
             stop_recorder(recorder, bag)
         finally:
-            output = stop(launched)
+            output = stopping(launched)
     flight.launch_output = output
     return flight
 
