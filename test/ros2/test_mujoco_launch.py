@@ -159,7 +159,6 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
                           ['/clock', f'/{namespace}/imu', f'/{namespace}/odom',
                            f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
                            '/diagnostics'])
-    print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
     return flight, bag, namespace
 
 
@@ -176,6 +175,7 @@ def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
     try:
         assert recorder.wait_for_text('Recording...', 30), recorder.output
         flight = fly_launched([instance], launched, altitude, odometry)[instance]
+        print(f'{launched.command[3]}, recorded: {flight.summary()}')
     finally:
         try:
             stop_recorder(recorder, bag)
