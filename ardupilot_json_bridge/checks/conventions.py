@@ -462,9 +462,9 @@ class ConventionChecker:
                     f'climbs and sinks by {swing:.1f} m/s')
         if swing > MIN_VERTICAL_SWING:
             return Check('odometry: height', WRONG, measured,
-                         'publish height and vertical speed: Gazebo\'s OdometryPublisher needs '
+                         "publish height and vertical speed: Gazebo's OdometryPublisher needs "
                          '<dimensions>3 (its default, 2, leaves z and the vertical rates out)')
-        return Check('odometry: height', UNDECIDED, measured + ': a ground vehicle\'s may be '
+        return Check('odometry: height', UNDECIDED, measured + ": a ground vehicle's may be "
                      'flat; a flying one needs <dimensions>3 in Gazebo')
 
     def _twist(self, motion: 'Motion') -> Check:
@@ -497,8 +497,8 @@ def vertical_speed_swing(stamps: np.ndarray, vertical: np.ndarray) -> float:
     if len(stamps) < 3:
         return 0.0
     acceleration = vertical - np.mean(vertical)
-    speed = np.concatenate([[0.0], np.cumsum(np.diff(stamps) * (acceleration[1:] +
-                                                                 acceleration[:-1]) / 2.0)])
+    steps = np.diff(stamps) * (acceleration[1:] + acceleration[:-1]) / 2.0
+    speed = np.concatenate([[0.0], np.cumsum(steps)])
     trend = np.polyval(np.polyfit(stamps - stamps[0], speed, 1), stamps - stamps[0])
     return float(np.ptp(speed - trend))
 
