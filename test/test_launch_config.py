@@ -7,8 +7,8 @@ import pytest
 
 from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, bridge_parameters, clock_remappings, clock_topic, fleet,
-    LaunchArgumentError, parse_bool, parse_rate, parse_real_time_factor,
-    simulator_node_arguments, single_vehicle, VehicleLaunch)
+    gazebo_arguments, LaunchArgumentError, parse_bool, parse_rate, parse_real_time_factor,
+    simulator_node_arguments, single_vehicle, VehicleLaunch, world_step)
 
 LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
 
@@ -77,7 +77,8 @@ def test_node_arguments_name_the_package_executable_and_namespace():
     ('bridge.launch.py', {'namespace', 'instance', 'params_file', 'use_sim_time'}),
     ('fleet.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
                          'use_sim_time'}),
-    ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance'}),
+    ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance', 'server_only',
+                          'real_time_factor'}),
     ('mujoco.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
                           'use_sim_time', 'imu_rate', 'odom_rate', 'real_time_factor'}),
 ])
@@ -122,3 +123,55 @@ def test_one_simulation_runs_on_clock_a_fleet_on_clocks_of_their_own():
         'namespace': 'quad3', 'output': 'screen',
         'parameters': [{'imu_rate': 250.0, 'odom_rate': 125.0, 'real_time_factor': 0.5}],
         'remappings': [('/clock', '/quad3/clock')]}
+
+
+def world_file(folder, physics: str) -> str:
+    """Write an SDF world with the given <physics> content; its path."""
+    path = folder / 'world.sdf'
+    path.write_text(f'<sdf version="1.9"><world name="w"><physics name="p" type="ignored">'
+                    f'{physics}</physics></world></sdf>')
+    return str(path)
+
+
+def test_gazebo_runs_the_world_with_or_without_its_gui_at_its_own_pace(tmp_path):
+    world = world_file(tmp_path, '<max_step_size>0.001</max_step_size>')
+    assert gazebo_arguments(world, False, '') == f'-r {world}'
+    assert gazebo_arguments(world, True, '') == f'-r -s {world}'
+    # A path with a space stays one argument for the shell ros_gz_sim runs gz sim in.
+    assert gazebo_arguments('/my worlds/a.sdf', True, '') == "-r -s '/my worlds/a.sdf'"
+
+
+@pytest.mark.parametrize('physics,factor,rate', [
+    ('<max_step_size>0.001</max_step_size>', '0.5', '500'),   # 1 ms steps, half speed
+    ('<max_step_size>0.004</max_step_size>', '1', '250'),
+    ('', '0.25', '250'),                                      # SDF's default step, 1 ms
+])
+def test_a_real_time_factor_is_gazebos_update_rate_for_the_worlds_step(tmp_path, physics,
+                                                                       factor, rate):
+    world = world_file(tmp_path, physics)
+    assert gazebo_arguments(world, True, factor) == f'-r -s -z {rate} {world}'
+
+
+def test_the_project_world_steps_at_1_khz():
+    world = os.path.join(os.path.dirname(__file__), '..', 'config', 'worlds', 'quad_x.sdf')
+    assert world_step(world) == 0.001
+
+
+@pytest.mark.parametrize('physics,factor,message', [
+    ('<max_step_size>0</max_step_size>', '0.5', "world: <max_step_size> '0' is not above 0"),
+    ('<max_step_size>soon</max_step_size>', '0.5', 'world: expected a <max_step_size>'),
+    ('<max_step_size>0.001</max_step_size>', '2', 'real_time_factor: 2 is not above 0'),
+])
+def test_gazebo_arguments_refuse_what_cannot_run(tmp_path, physics, factor, message):
+    with pytest.raises(LaunchArgumentError, match=message):
+        gazebo_arguments(world_file(tmp_path, physics), True, factor)
+
+
+def test_a_real_time_factor_needs_a_world_file_to_read(tmp_path):
+    with pytest.raises(LaunchArgumentError,
+                       match="real_time_factor needs an SDF world file it can read, got 'x.sdf'"):
+        gazebo_arguments('x.sdf', True, '0.5')
+    broken = tmp_path / 'broken.sdf'
+    broken.write_text('<sdf><world>')
+    with pytest.raises(LaunchArgumentError, match='broken.sdf'):
+        gazebo_arguments(str(broken), True, '0.5')

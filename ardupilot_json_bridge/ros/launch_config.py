@@ -7,6 +7,7 @@ configurations (namespace, instance, port, parameters) the launch files hand to 
 
 from dataclasses import dataclass
 import re
+import shlex
 from typing import Any, Dict, List, Tuple, Union
 
 from ardupilot_json_bridge.config import check_number, ConfigError, RATE_LIMITS
@@ -149,3 +150,48 @@ def simulator_node_arguments(vehicle: VehicleLaunch, clock: str, imu_rate: float
 def clock_remappings(clock: str) -> List[Tuple[str, str]]:
     """Return a node's remappings putting its /clock on clock."""
     return [('/clock', clock)] if clock != '/clock' else []
+
+
+# SDF's default physics step (sdformat's physics.sdf: max_step_size 0.001 s).
+SDF_DEFAULT_STEP = 0.001
+
+
+def world_step(world: str) -> float:
+    """
+    Return the physics step of an SDF world file (its <physics><max_step_size>), in seconds.
+
+    Gazebo runs a world at real_time_factor x real time by stepping it 1 / step x
+    real_time_factor times a wall second; `gz sim -z` sets that rate instead.
+    """
+    import xml.etree.ElementTree as ElementTree
+    try:
+        root = ElementTree.parse(world).getroot()
+    except (OSError, ElementTree.ParseError) as error:
+        raise LaunchArgumentError(
+            f'world: real_time_factor needs an SDF world file it can read, got {world!r} '
+            f'({error})') from None
+    text = root.findtext('./world/physics/max_step_size')
+    if text is None:
+        return SDF_DEFAULT_STEP
+    step = _parse_number('world', text, 'a <max_step_size> in seconds')
+    if not step > 0.0:
+        raise LaunchArgumentError(f'world: <max_step_size> {text!r} is not above 0')
+    return step
+
+
+def gazebo_arguments(world: str, server_only: bool, real_time_factor: str) -> str:
+    """
+    Return `gz sim`'s arguments for gazebo.launch.py: running, the world, GUI or not, pace.
+
+    server_only (-s) runs without the GUI, which aborts where there is no display and takes
+    the server with it. real_time_factor ('' keeps the world's own) becomes `-z`, Gazebo's
+    update rate: the world's steps a wall second at that factor.
+    """
+    arguments = ['-r']
+    if server_only:
+        arguments.append('-s')
+    if real_time_factor.strip():
+        factor = parse_real_time_factor('real_time_factor', real_time_factor)
+        arguments.append(f'-z {factor / world_step(world):g}')
+    # ros_gz_sim runs `gz sim <gz_args>` through a shell.
+    return ' '.join(arguments + [shlex.quote(world)])

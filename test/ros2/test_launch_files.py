@@ -3,7 +3,8 @@ Each launch file under `ros2 launch`, as users start them, served to SITL peers.
 
 bridge.launch.py and fleet.launch.py against test/sitl_peer.py and a simulator stand-in;
 `ros2 param get/set` on the launched node; gazebo.launch.py checked without Gazebo: what it
-would start resolves to files of the install, with ros_gz's documented arguments. Every
+would start resolves to files of the install, with ros_gz's documented arguments (its flight
+in real Gazebo: test_gazebo_flight.py). Every
 launch ends by Ctrl-C (SIGINT to its process group), which must stop all within seconds.
 """
 
@@ -129,13 +130,14 @@ def generate_launch_description():
 
 def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, monkeypatch):
     from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+    from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
     from launch.launch_description_sources import get_launch_description_from_python_launch_file
     from launch_ros.actions import Node
 
     result = ros2('launch', 'ardupilot_json_bridge', 'gazebo.launch.py', '--show-args')
     assert result.returncode == 0 and 'Traceback' not in result.stdout, result.stdout
-    for name in ('world', 'bridge_config', 'params_file', 'instance'):
+    for name in ('world', 'bridge_config', 'params_file', 'instance', 'server_only',
+                 'real_time_factor'):
         assert f"'{name}'" in result.stdout
 
     description = get_launch_description_from_python_launch_file(
@@ -159,12 +161,18 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, mo
     stand_in.write_text(GZ_SIM_STAND_IN.format(names=GZ_SIM_ARGUMENTS))
     monkeypatch.setenv('AMENT_PREFIX_PATH', f"{ros_gz}:{os.environ['AMENT_PREFIX_PATH']}")
     context = LaunchContext()
-    gz, bridge = [e for e in entities if isinstance(e, IncludeLaunchDescription)]
+    context.launch_configurations.update(
+        {'world': defaults['world'], 'server_only': 'true', 'real_time_factor': '0.5'})
+    (gazebo,) = [e for e in entities if isinstance(e, OpaqueFunction)]
+    (gz,) = gazebo.execute(context)
+    (bridge,) = [e for e in entities if isinstance(e, IncludeLaunchDescription)]
     for include in (gz, bridge):
         include.launch_description_source.get_launch_description(context)
     # ros_gz_sim's launch file, found in the ament index when launched, with its arguments.
     assert gz.launch_description_source.location == str(stand_in)
     assert {name for name, _ in gz.launch_arguments} <= set(GZ_SIM_ARGUMENTS)
+    # Server only, the world's 1 ms steps 500 times a wall second: half speed.
+    assert dict(gz.launch_arguments)['gz_args'] == f"-r -s -z 500 {defaults['world']}"
     assert bridge.launch_description_source.location == share('launch', 'bridge.launch.py')
     assert {name for name, _ in bridge.launch_arguments} == {
         'namespace', 'instance', 'params_file', 'use_sim_time'}

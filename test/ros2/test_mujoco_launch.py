@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import io
 import os
 import threading
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -47,37 +47,54 @@ class LaunchedFlight:
     record: sitl_flight.FlightRecord
     launch_output: str
     sitl_log: str
+    altitude: float = ALTITUDE
+    # SITL's median gyro rate (Hz), median loop rate (Hz) and long loops, from its dataflash.
+    figures: Tuple[Optional[float], Optional[float], int] = (None, None, 0)
 
     def summary(self) -> str:
         record = self.record
         if not record.hover:
             return (f'no hover (armed {record.armed}, reached {record.reached}); SITL said '
                     f'{record.texts[-8:]}')
-        return (f'hover error {record.worst_hover_error(ALTITUDE):.3f} m (against the '
+        gyro, loop, long_loops = self.figures
+        return (f'hover error {record.worst_hover_error(self.altitude):.3f} m (against the '
                 f'simulator {record.worst_truth_error():.3f} m) over {record.sim_seconds:.1f} s '
-                f'sim, {record.wall_seconds:.0f} s wall')
+                f'sim, {record.wall_seconds:.0f} s wall; SITL gyro {gyro} Hz, loop {loop} Hz, '
+                f'{long_loops} long loops')
 
 
-def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedFlight]:
-    """Fly real ArduCopter on each instance at once, each through its launched vehicle."""
+def quad_odometry(instance: int) -> str:
+    """mujoco.launch.py's odometry topic of the vehicle serving instance."""
+    return f'/quad{instance}/odom'
+
+
+def fly_launched(instances: List[int], launched: Running, altitude: float = ALTITUDE,
+                 odometry: Callable[[int], str] = quad_odometry) -> Dict[int, LaunchedFlight]:
+    """
+    Fly real ArduCopter on each instance at once, each through its launched vehicle.
+
+    The simulator's truth is the height on odometry(instance) above its first message.
+    """
     from test_node_flight import SimulatorTruth
     domain = int(os.environ['ROS_DOMAIN_ID'])
     assert launched.wait_for_text('listening on UDP', 60, count=len(instances)), \
         launched.output
     records: Dict[int, sitl_flight.FlightRecord] = {}
     logs: Dict[int, str] = {}
+    figures: Dict[int, Tuple[Optional[float], Optional[float], int]] = {}
 
     def fly(instance: int) -> None:
-        truth = SimulatorTruth(f'/quad{instance}/odom', domain)
+        truth = SimulatorTruth(odometry(instance), domain)
         records[instance] = sitl_flight.FlightRecord()
         try:
             with start_sitl(instance) as sitl:
                 try:
                     records[instance] = sitl_flight.fly(
-                        sitl, ALTITUDE, HOLD, lambda: truth.height,
+                        sitl, altitude, HOLD, lambda: truth.height,
                         timeout=sitl_flight.FLIGHT_TIMEOUT / REAL_TIME_FACTOR)
                 finally:
                     logs[instance] = sitl.log()
+                    figures[instance] = sitl.figures()
         except (OSError, sitl_flight.SitlDied) as error:
             logs[instance] = logs.get(instance, '') + f'\nSITL: {error}'
         finally:
@@ -95,7 +112,8 @@ def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedF
     lines = chatter.getvalue().splitlines()
     if lines:
         print(f'pymavlink said {len(lines)} line(s), the last: {lines[-1]}')
-    return {n: LaunchedFlight(records[n], launched.output, logs[n]) for n in instances}
+    return {n: LaunchedFlight(records[n], launched.output, logs[n], altitude,
+                              figures.get(n, (None, None, 0))) for n in instances}
 
 
 def assert_hovered(flight: LaunchedFlight) -> None:
@@ -137,21 +155,34 @@ def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str
     bag = str(tmp_path_factory.mktemp('bags') / 'flight')
     launched = launch('mujoco.launch.py', 'namespace_prefix:=quad', f'first_instance:={instance}',
                       'imu_rate:=250.0', 'odom_rate:=250.0', PACED)
+    flight = fly_recorded(instance, launched, bag,
+                          ['/clock', f'/{namespace}/imu', f'/{namespace}/odom',
+                           f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
+                           '/diagnostics'])
+    return flight, bag, namespace
+
+
+def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
+                 altitude: float = ALTITUDE, odometry: Callable[[int], str] = quad_odometry,
+                 stopping: Callable[[Running], str] = stop) -> LaunchedFlight:
+    """
+    Fly real ArduCopter through a launched vehicle while `ros2 bag record` records topics.
+
+    The recorder and then the launch are stopped by Ctrl-C, cleanly (stop_recorder, stopping).
+    """
     recorder = Running(['ros2', 'bag', 'record', '-s', 'mcap', '--use-sim-time', '-o', bag,
-                        '/clock', f'/{namespace}/imu', f'/{namespace}/odom',
-                        f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
-                        '/diagnostics'])
+                        *topics])
     try:
         assert recorder.wait_for_text('Recording...', 30), recorder.output
-        flight = fly_launched([instance], launched)[instance]
+        flight = fly_launched([instance], launched, altitude, odometry)[instance]
+        print(f'{launched.command[3]}, recorded: {flight.summary()}')
     finally:
         try:
             stop_recorder(recorder, bag)
         finally:
-            output = stop(launched)
-    print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
+            output = stopping(launched)
     flight.launch_output = output
-    return flight, bag, namespace
+    return flight
 
 
 def test_real_arducopter_hovers_through_mujoco_launch_while_recorded(recorded_flight):
