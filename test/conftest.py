@@ -1,11 +1,13 @@
 """Shared fixtures: free UDP ports, running links and SITL peers on loopback."""
 
 import contextlib
+import logging
 import os
+import pathlib
 import random
 import socket
 import subprocess
-from typing import Iterator, List, Set, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import pytest
 
@@ -20,6 +22,49 @@ from sitl_peer import SitlPeer
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
+
+# ROS 2's launch_testing pytest plugin (loaded by plain `pytest`, as `colcon test` runs it)
+# imports every test module to look for launch tests, outside pytest's own collection: one
+# module's import skip (pytest.importorskip: pymavlink, mujoco, rclpy) then skipped the whole
+# session, and an import error failed it. The project has no launch tests: its modules are
+# collected as pytest collects them, so a module's skip skips that module only.
+if int(pytest.__version__.split('.')[0]) >= 7:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(module_path: pathlib.Path,
+                                    parent: pytest.Collector) -> Optional[pytest.Module]:
+        """Collect a test module as pytest does, before launch_testing's hook imports it."""
+        if module_path.name == '__init__.py':
+            return None
+        return pytest.Module.from_parent(parent, path=module_path)
+else:  # pytest 6 (Ubuntu 22.04's 6.2.5, Humble's): py.path only
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(path: os.PathLike,
+                                    parent: pytest.Collector) -> Optional[pytest.Module]:
+        """Collect a test module as pytest does, before launch_testing's hook imports it."""
+        if path.basename == '__init__.py':
+            return None
+        return pytest.Module.from_parent(parent, fspath=path)
+
+
+def standard_loggers() -> None:
+    """
+    Make loggers created from now on the standard library's, which propagate to the root.
+
+    launch (imported when pytest starts by ROS 2's launch_testing plugin, which plain `pytest`
+    and `colcon test` load, or by a test) sets a process-wide logger class whose loggers never
+    propagate: the project's and the tests' loggers then never reach caplog's handler on the
+    root logger. The project's own processes (node, CLI) do not import launch.
+    """
+    logging.setLoggerClass(logging.Logger)
+
+
+standard_loggers()
+
+
+@pytest.fixture(autouse=True)
+def _standard_loggers() -> None:
+    """Undo, before each test, a launch imported by an earlier test (see standard_loggers)."""
+    standard_loggers()
 
 _DDS_PORT_BASE = 7400   # RTPS port base; each ROS domain takes the 250 ports after its own
 _DDS_DOMAIN_GAIN = 250
