@@ -66,6 +66,7 @@ def _standard_loggers() -> None:
     """Undo, before each test, a launch imported by an earlier test (see standard_loggers)."""
     standard_loggers()
 
+
 _DDS_PORT_BASE = 7400   # RTPS port base; each ROS domain takes the 250 ports after its own
 _DDS_DOMAIN_GAIN = 250
 _FIRST_TEST_PORT = 10000   # above SITL's own 5760 + 10 N and 9002 + 10 N of the first instances
