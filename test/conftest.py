@@ -28,22 +28,21 @@ os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 # module's import skip (pytest.importorskip: pymavlink, mujoco, rclpy) then skipped the whole
 # session, and an import error failed it. The project has no launch tests: its modules are
 # collected as pytest collects them, so a module's skip skips that module only.
+def plain_module(parent: pytest.Collector, name: str, **path: object) -> Optional[pytest.Module]:
+    """Collect a test module as pytest does, before launch_testing's hook imports it."""
+    return None if name == '__init__.py' else pytest.Module.from_parent(parent, **path)
+
+
 if int(pytest.__version__.split('.')[0]) >= 7:
     @pytest.hookimpl(tryfirst=True)
     def pytest_pycollect_makemodule(module_path: pathlib.Path,
                                     parent: pytest.Collector) -> Optional[pytest.Module]:
-        """Collect a test module as pytest does, before launch_testing's hook imports it."""
-        if module_path.name == '__init__.py':
-            return None
-        return pytest.Module.from_parent(parent, path=module_path)
+        return plain_module(parent, module_path.name, path=module_path)
 else:  # pytest 6 (Ubuntu 22.04's 6.2.5, Humble's): py.path only
     @pytest.hookimpl(tryfirst=True)
     def pytest_pycollect_makemodule(path: os.PathLike,
                                     parent: pytest.Collector) -> Optional[pytest.Module]:
-        """Collect a test module as pytest does, before launch_testing's hook imports it."""
-        if path.basename == '__init__.py':
-            return None
-        return pytest.Module.from_parent(parent, fspath=path)
+        return plain_module(parent, path.basename, fspath=path)
 
 
 def standard_loggers() -> None:
