@@ -27,7 +27,9 @@ def test_a_module_skip_and_caplog_under_the_launch_testing_plugin(tmp_path):
     (hidden / '__init__.py').write_text("raise ImportError('pymavlink hidden by the test')\n")
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(hidden.parent), ROOT, os.environ.get('PYTHONPATH', '')]))
-    environment.pop('PYTEST_DISABLE_PLUGIN_AUTOLOAD', None)
+    # Not the outer run's: colcon test passes its options (the suite's paths, its junit file) so.
+    for variable in ('PYTEST_DISABLE_PLUGIN_AUTOLOAD', 'PYTEST_ADDOPTS'):
+        environment.pop(variable, None)
     report = tmp_path / 'report.xml'
     # -p launch_testing: loaded even where the outer pytest was told not to autoload plugins.
     result = subprocess.run(
