@@ -171,6 +171,20 @@ def make_peer() -> Iterator:
         peer.close()
 
 
+def inner_pytest_environment(*python_path: str) -> dict:
+    """
+    Return the environment for a pytest run inside a test, with python_path first.
+
+    Without the outer run's PYTEST_ADDOPTS: `colcon test` passes its options there (the
+    suite's paths, its junit file), so an inner pytest ran the whole suite again.
+    """
+    environment = dict(os.environ)
+    environment.pop('PYTEST_ADDOPTS', None)
+    environment['PYTHONPATH'] = os.pathsep.join(
+        [*python_path, *filter(None, [environment.get('PYTHONPATH')])])
+    return environment
+
+
 @contextlib.contextmanager
 def reaped(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
     """Kill the subprocess on the way out if it still runs, even when the test fails."""

@@ -15,6 +15,8 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from conftest import inner_pytest_environment
+
 pytest.importorskip('launch_testing.pytest.hooks', reason='needs ROS 2 sourced (launch_testing)')
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
@@ -25,11 +27,8 @@ def test_a_module_skip_and_caplog_under_the_launch_testing_plugin(tmp_path):
     hidden = tmp_path / 'hidden' / 'pymavlink'
     hidden.mkdir(parents=True)
     (hidden / '__init__.py').write_text("raise ImportError('pymavlink hidden by the test')\n")
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(hidden.parent), ROOT, os.environ.get('PYTHONPATH', '')]))
-    # Not the outer run's: colcon test passes its options (the suite's paths, its junit file) so.
-    for variable in ('PYTEST_DISABLE_PLUGIN_AUTOLOAD', 'PYTEST_ADDOPTS'):
-        environment.pop(variable, None)
+    environment = inner_pytest_environment(str(hidden.parent), ROOT)
+    environment.pop('PYTEST_DISABLE_PLUGIN_AUTOLOAD', None)
     report = tmp_path / 'report.xml'
     # -p launch_testing: loaded even where the outer pytest was told not to autoload plugins.
     result = subprocess.run(
