@@ -2,6 +2,7 @@
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -73,22 +74,47 @@ def test_node_arguments_name_the_package_executable_and_namespace():
                          'parameters': ['/p.yaml', {'instance': 3, 'use_sim_time': True}]}
 
 
-@pytest.mark.parametrize('name,arguments', [
-    ('bridge.launch.py', {'namespace', 'instance', 'params_file', 'use_sim_time'}),
-    ('fleet.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
-                         'use_sim_time'}),
-    ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance', 'server_only',
-                          'real_time_factor'}),
-    ('mujoco.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
-                          'use_sim_time', 'imu_rate', 'odom_rate', 'real_time_factor'}),
-])
-def test_launch_files_declare_their_arguments(name, arguments):
+LAUNCH_FILES = sorted(n for n in os.listdir(LAUNCH_DIR) if n.endswith('.launch.py'))
+
+
+def string_arguments(tree: ast.AST, callee: str) -> set:
+    """Return the string constants passed first to calls of callee (a name) in tree."""
+    return {call.args[0].value for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and getattr(call.func, 'id', '') == callee
+            and call.args and isinstance(call.args[0], ast.Constant)}
+
+
+@pytest.mark.parametrize('name', LAUNCH_FILES)
+def test_every_declared_launch_argument_is_used_and_every_used_one_declared(name):
+    """An argument declared and never read would be accepted on the command line and ignored."""
     with open(os.path.join(LAUNCH_DIR, name)) as source:
         tree = ast.parse(source.read())
-    declared = {call.args[0].value for call in ast.walk(tree)
-                if isinstance(call, ast.Call) and getattr(call.func, 'id', '') ==
-                'DeclareLaunchArgument'}
-    assert declared == arguments
+    declared = string_arguments(tree, 'DeclareLaunchArgument')
+    # Read directly, or through the files' `argument(name)` shorthand for it.
+    used = string_arguments(tree, 'LaunchConfiguration') | string_arguments(tree, 'argument')
+    assert declared and declared == used, (sorted(declared - used), sorted(used - declared))
+
+
+def readme_launch_arguments() -> dict:
+    """Return {launch file: the name:= arguments the README's commands give it}."""
+    with open(os.path.join(LAUNCH_DIR, '..', 'README.md')) as stream:
+        text = stream.read().replace('\\\n', ' ')
+    given = {}
+    for line in text.splitlines():
+        command = re.search(r'ros2 launch ardupilot_json_bridge (\S+\.launch\.py)(.*)', line)
+        if command:
+            given.setdefault(command.group(1), set()).update(
+                re.findall(r'(\w+):=', command.group(2).split('#')[0]))
+    return given
+
+
+def test_the_readmes_launch_commands_give_only_declared_arguments():
+    given = readme_launch_arguments()
+    assert set(given) >= {'mujoco.launch.py', 'bridge.launch.py', 'fleet.launch.py'}
+    for name, arguments in given.items():
+        with open(os.path.join(LAUNCH_DIR, name)) as source:
+            declared = string_arguments(ast.parse(source.read()), 'DeclareLaunchArgument')
+        assert arguments <= declared, (name, sorted(arguments - declared))
 
 
 def test_rates_are_positive_hertz():

@@ -68,7 +68,7 @@ def gazebo_flight(gazebo, tmp_path_factory) -> Tuple[object, str]:
     bag = str(tmp_path_factory.mktemp('bags') / 'gazebo_flight')
     launched = launch('gazebo.launch.py', 'server_only:=true', f'instance:={instance}',
                       sitl_flight.PACED)
-    flight = fly_recorded(instance, launched, bag,
+    flight = fly_recorded(instance, launched, {'mcap': bag},
                           ['/clock', '/quad/imu', '/quad/odom', '/quad/servo_pwm',
                            '/quad/command/motor_speed'], GAZEBO_ALTITUDE, lambda _: '/quad/odom',
                           stop_gazebo)

@@ -1,11 +1,11 @@
 """
 mujoco.launch.py flies real ArduCopter under `ros2 launch`; rosbag2 records the flight.
 
-One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with `ros2 bag
-record` (MCAP) running, and two at once (count:=2) at 250 Hz. The recorded bag then goes
-round: `ros2 bag info`, `ros2 bag play --clock` into bridge.launch.py (use_sim_time) serving a
-SITL peer, with and without --loop, and the project's own `replay` and `check`. Skips where
-the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
+One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with two `ros2
+bag record` running (MCAP, Jazzy's default, and SQLite, Humble's), and two at once (count:=2) at
+250 Hz. Each recorded bag then goes round: `ros2 bag info`, `ros2 bag play --clock` into
+bridge.launch.py (use_sim_time) serving a SITL peer (MCAP also with --loop), and the project's
+own `replay` and `check`. Skips where the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 """
 
 import contextlib
@@ -37,6 +37,7 @@ ALTITUDE, HOLD = 5.0, 5.0
 # which departs from the slerp between recorded samples by the angular acceleration's share
 # (0.087 deg measured in a 250 Hz takeoff).
 POSITION_TOLERANCE, ATTITUDE_TOLERANCE_DEG = 2e-3, 0.15
+STORAGES = ['mcap', 'sqlite3']   # rosbag2's storage plugins: Jazzy's default, Humble's
 REAL_TIME_FACTOR, PACED = sitl_flight.REAL_TIME_FACTOR, sitl_flight.PACED
 
 
@@ -143,42 +144,47 @@ def test_real_arducopter_hovers_through_mujoco_launch_at_the_default_rates(sourc
 
 
 @pytest.fixture(scope='module')
-def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str, str]:
+def recorded_flight(sourced_ros2, tmp_path_factory
+                    ) -> Tuple[LaunchedFlight, Dict[str, str], str]:
     """
-    One vehicle through mujoco.launch.py, recorded by ros2 bag record (MCAP, sim time).
+    One vehicle through mujoco.launch.py, recorded by ros2 bag record in each storage at once.
 
-    At 250 Hz: the recorder's thousands of messages a second on top of a 1 kHz simulator
+    At 250 Hz: the recorders' thousands of messages a second on top of a 1 kHz simulator
     starve SITL on a busy 2-core machine (gyro rate below its arming check).
     """
     (instance,) = free_instances(1)
     namespace = f'quad{instance}'
-    bag = str(tmp_path_factory.mktemp('bags') / 'flight')
+    folder = tmp_path_factory.mktemp('bags')
+    bags = {storage: str(folder / f'flight_{storage}') for storage in STORAGES}
     launched = launch('mujoco.launch.py', 'namespace_prefix:=quad', f'first_instance:={instance}',
                       'imu_rate:=250.0', 'odom_rate:=250.0', PACED)
-    flight = fly_recorded(instance, launched, bag,
+    flight = fly_recorded(instance, launched, bags,
                           ['/clock', f'/{namespace}/imu', f'/{namespace}/odom',
                            f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
                            '/diagnostics'])
-    return flight, bag, namespace
+    return flight, bags, namespace
 
 
-def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
+def fly_recorded(instance: int, launched: Running, bags: Dict[str, str], topics: List[str],
                  altitude: float = ALTITUDE, odometry: Callable[[int], str] = quad_odometry,
                  stopping: Callable[[Running], str] = stop) -> LaunchedFlight:
     """
     Fly real ArduCopter through a launched vehicle while `ros2 bag record` records topics.
 
-    The recorder and then the launch are stopped by Ctrl-C, cleanly (stop_recorder, stopping).
+    bags: {storage: folder}, one recorder each, all at once. The recorders and then the launch
+    are stopped by Ctrl-C, cleanly (stop_recorder, stopping).
     """
-    recorder = Running(['ros2', 'bag', 'record', '-s', 'mcap', '--use-sim-time', '-o', bag,
-                        *topics])
+    recorders = {storage: Running(['ros2', 'bag', 'record', '-s', storage, '--use-sim-time',
+                                   '-o', bag, *topics]) for storage, bag in bags.items()}
     try:
-        assert recorder.wait_for_text('Recording...', 30), recorder.output
+        for recorder in recorders.values():
+            assert recorder.wait_for_text('Recording...', 30), recorder.output
         flight = fly_launched([instance], launched, altitude, odometry)[instance]
         print(f'{launched.command[3]}, recorded: {flight.summary()}')
     finally:
         try:
-            stop_recorder(recorder, bag)
+            for storage, recorder in recorders.items():
+                stop_recorder(recorder, bags[storage])
         finally:
             output = stopping(launched)
     flight.launch_output = output
@@ -186,11 +192,12 @@ def fly_recorded(instance: int, launched: Running, bag: str, topics: List[str],
 
 
 def test_real_arducopter_hovers_through_mujoco_launch_while_recorded(recorded_flight):
-    flight, bag, _ = recorded_flight
+    flight, bags, _ = recorded_flight
     assert_hovered(flight)
     assert flight.launch_output.count('process has finished cleanly') == 2, \
         flight.launch_output[-2000:]
-    assert os.path.isfile(os.path.join(bag, 'metadata.yaml'))
+    for bag in bags.values():
+        assert os.path.isfile(os.path.join(bag, 'metadata.yaml'))
 
 
 def test_two_vehicles_at_250_hz_through_mujoco_launch(sourced_ros2):
@@ -209,9 +216,12 @@ def test_two_vehicles_at_250_hz_through_mujoco_launch(sourced_ros2):
     assert output.count('process has finished cleanly') == 4, output[-2000:]
 
 
-def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight):
-    _, bag, namespace = recorded_flight
+@pytest.mark.parametrize('storage', STORAGES)
+def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight, storage):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     counts = bag_info_counts(bag)
+    assert f'Storage id: {storage}' in ros2('bag', 'info', bag).stdout
     asked = {'/clock', f'/{namespace}/imu', f'/{namespace}/odom', f'/{namespace}/servo_pwm',
              f'/{namespace}/command/motor_speed', '/diagnostics'}
     assert set(counts) == asked
@@ -295,10 +305,12 @@ def takeoff_offset(messages: Dict[str, list], namespace: str) -> float:
     return max(0.0, (lifted - start) * 1e-9 - 1.0)
 
 
-@pytest.mark.parametrize('loop', [False, True])
+@pytest.mark.parametrize('storage, loop', [('mcap', False), ('mcap', True),
+                                           ('sqlite3', False)])
 def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
-        recorded_flight, tmp_path, loop):
-    _, bag, namespace = recorded_flight
+        recorded_flight, tmp_path, storage, loop):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     messages = read_bag(bag)
     start = takeoff_offset(messages, namespace)
     (instance,) = free_instances(1)
@@ -341,8 +353,10 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         assert position < POSITION_TOLERANCE and attitude < ATTITUDE_TOLERANCE_DEG
 
 
-def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight):
-    _, bag, namespace = recorded_flight
+@pytest.mark.parametrize('storage', STORAGES)
+def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight, storage):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     checked = ros2('run', 'ardupilot_json_bridge', 'ardupilot-json-bridge', 'check', bag,
                    '--namespace', namespace, '--config', share('config', 'mujoco_quad_x.yaml'))
     assert checked.returncode == 0, checked.stdout
