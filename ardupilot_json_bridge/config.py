@@ -181,11 +181,11 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _topic(name: str, value: Any) -> str:
-    topic = _text(name, value)
-    if topic.startswith('/'):
-        raise ConfigError(f'{name}: {topic!r} is absolute; use a relative name so namespaces '
-                          'and remapping apply')
-    return topic
+    """
+    Return a topic name: relative ones take the node's namespace, absolute ones (ros_gz
+    worlds' /model/quad/odometry) are taken as given; remapping applies to both.
+    """
+    return _text(name, value)
 
 
 def _list(name: str, value: Any) -> Sequence[Any]:

@@ -37,7 +37,9 @@ LOOKAHEAD_NS = 100_000_000
 
 
 def resolve_topic(namespace: str, topic: str) -> str:
-    """Return the absolute name a relative topic has under a namespace, as ROS resolves it."""
+    """Return the name a topic has under a namespace, as ROS resolves it: absolute stays."""
+    if topic.startswith('/'):
+        return topic
     parts = [p for p in (namespace.strip('/'), topic.strip('/')) if p]
     return '/' + '/'.join(parts)
 
