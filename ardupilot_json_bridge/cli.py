@@ -197,9 +197,12 @@ def run_check(args: argparse.Namespace) -> int:
     from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
+    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
+    from ardupilot_json_bridge.messages.servo_pwm import pwm_sample
     from ardupilot_json_bridge.sources.bagfile import bag_topics, CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import resolve_topic
+    warnings = RateLimitedLog(logging.getLogger('ardupilot_json_bridge'))
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
@@ -222,10 +225,14 @@ def run_check(args: argparse.Namespace) -> int:
             # Each IMU stamp is paired with the clock when it was logged.
             clock, clock_logged = time_seconds(message.message.clock), log_time
         elif message.topic == pwm_topic:
-            # No header: the PWM applies at the clock it was logged at, carried on by the log
-            # time since the last /clock.
-            checker.add_pwm(log_time if clock is None else clock + log_time - clock_logged,
-                            message.message.data)
+            # Stamped with its frame's physics time; an older recording's, with no header, at
+            # the clock it was logged at, carried on by the log time since the last /clock.
+            stamp, pwm, problem = pwm_sample(
+                message.message, log_time if clock is None else clock + log_time - clock_logged)
+            if problem:
+                warnings.warning('pwm', problem)
+            else:
+                checker.add_pwm(stamp, pwm)
         elif message.topic == imu_topic:
             stamp = stamp_seconds(message.message.header)
             observe_imu(checker, message.message, stamp)

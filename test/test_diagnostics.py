@@ -112,3 +112,9 @@ def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they
     # A fault that waiting may mend (physics late for a frame) is a warning.
     meter.unanswered, meter.fault, meter.fault_is_error = 241, 'samples stop short', False
     assert watcher.input_status(meter, 0.1).level is Level.WARN
+
+
+def test_a_link_process_that_ended_is_an_error_whatever_the_counters_say():
+    ended = 'the link process was killed by SIGKILL: SITL is no longer served'
+    (link, *_) = monitor().statuses(LinkStats(), [], 10.0, (), ended)
+    assert (link.level, link.message) == (Level.ERROR, ended)

@@ -8,6 +8,7 @@ and no cross-talk between two namespaces.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -231,6 +232,42 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
     finally:
         for peer in peers.values():
             peer.close()
+        simulator.close()
+
+
+def child_pids(pid: int) -> List[int]:
+    """The process ids of pid's children (Linux /proc)."""
+    children = []
+    for task in os.listdir(f'/proc/{pid}/task'):
+        with open(f'/proc/{pid}/task/{task}/children') as stream:
+            children += [int(child) for child in stream.read().split()]
+    return children
+
+
+def test_the_link_process_killed_is_said_on_diagnostics_then_the_node_exits_1():
+    port = free_udp_port()
+    simulator = Simulator({'uav4': 0.0})
+    try:
+        with reaped(start_node('uav4', port)) as node:
+            def link_statuses():
+                return [status for report in simulator.diagnostics for status in report.status
+                        if status.name == 'uav4/json_sitl_bridge: SITL link']
+            assert wait_for(link_statuses, 30.0), node.stdout.read() if node.poll() else ''
+            (link_process,) = child_pids(node.pid)
+            os.kill(link_process, signal.SIGKILL)
+            output, _ = node.communicate(timeout=15)
+        assert node.returncode == 1, output
+        assert wait_for(lambda: link_statuses()[-1].level == b'\x02', 5.0)
+        assert link_statuses()[-1].message == ('the link process was killed by SIGKILL: SITL '
+                                               'is no longer served')
+        fatal = [line for line in output.splitlines() if 'FATAL' in line]
+        assert len(fatal) == 1 and 'killed by SIGKILL' in fatal[0], output
+        assert 'Traceback' not in output
+        # The port is free again.
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(('127.0.0.1', port))
+        probe.close()
+    finally:
         simulator.close()
 
 

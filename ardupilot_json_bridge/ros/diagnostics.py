@@ -55,9 +55,9 @@ class BridgeMonitor:
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
-                 conventions: Sequence[Check] = ()) -> List[Status]:
-        """Every status at monotonic time now."""
-        link = self.link_status(stats, now)
+                 conventions: Sequence[Check] = (), ended: Optional[str] = None) -> List[Status]:
+        """Every status at monotonic time now; ended says why the link process ended."""
+        link = self.link_status(stats, now, ended)
         inputs = [self.input_status(m, now) for m in meters if m.name in self.topics]
         return [link] + inputs + [self.conventions_status(conventions)]
 
@@ -76,7 +76,7 @@ class BridgeMonitor:
         return Status(Level.OK, name, f'{len(checks) - undecided} ok, {undecided} undecided '
                                       '(needs motion)', values)
 
-    def link_status(self, stats: LinkStats, now: float) -> Status:
+    def link_status(self, stats: LinkStats, now: float, ended: Optional[str] = None) -> Status:
         elapsed = None if self._last_time is None else now - self._last_time
         rate = 0.0 if not elapsed else (stats.replied - self._replied) / elapsed
         newly_unanswered = stats.unanswered - self._unanswered
@@ -94,6 +94,8 @@ class BridgeMonitor:
             'latency_p99_us': _microseconds(stats.latency.percentile(0.99)),
         }
         name = f'{self.prefix}: SITL link'
+        if ended is not None:
+            return Status(Level.ERROR, name, ended, values)
         if stats.last_packet is None:
             return Status(Level.WARN, name, f'waiting for SITL on UDP port '
                                             f'{self.settings.listen_port} (sim_vehicle.py -I '
