@@ -118,3 +118,14 @@ def test_a_link_process_that_ended_is_an_error_whatever_the_counters_say():
     ended = 'the link process was killed by SIGKILL: SITL is no longer served'
     (link, *_) = monitor().statuses(LinkStats(), [], 10.0, (), ended)
     assert (link.level, link.message) == (Level.ERROR, ended)
+
+
+def test_messages_missing_by_the_stamps_warn_once_with_their_count():
+    meter, judge = InputMeter('imu'), monitor()
+    for stamp_gap in (0.001, 0.001, 0.004, 0.001):     # 3 messages missing in the third gap
+        meter.record(9.9)
+        meter.note_stamp_gap(stamp_gap)
+    status = judge.input_status(meter, 10.0)
+    assert status.level is Level.WARN and status.values['missed'] == '3'
+    assert status.message.startswith('3 message(s) missing by the stamps (one every 1 ms)')
+    assert judge.input_status(meter, 10.0).level is Level.OK

@@ -87,8 +87,8 @@ def test_a_servo_pwm_batch_goes_once_due_without_a_later_frame():
     # with the physics time of the state SITL computed them from.
     (size,) = struct.unpack_from('<H', message, 1)
     assert size == len(message) - 3
-    recorded = ros_messages.STORES['jazzy'].deserialize_cdr(message[3:],
-                                                             'sensor_msgs/msg/JointState')
+    store = ros_messages.STORES['jazzy']
+    recorded = store.deserialize_cdr(message[3:], 'sensor_msgs/msg/JointState')
     assert list(recorded.position) == [1100 + i for i in range(16)]
     assert (recorded.header.stamp.sec, recorded.header.stamp.nanosec) == (12, 345000000)
 

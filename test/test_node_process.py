@@ -236,7 +236,7 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
 
 
 def child_pids(pid: int) -> List[int]:
-    """The process ids of pid's children (Linux /proc)."""
+    """Return the process ids of pid's children (Linux /proc)."""
     children = []
     for task in os.listdir(f'/proc/{pid}/task'):
         with open(f'/proc/{pid}/task/{task}/children') as stream:

@@ -36,11 +36,11 @@ from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import SitlLink
-from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm
 from ardupilot_json_bridge.messages.inputs import stamp_seconds
 from ardupilot_json_bridge.messages.routes import (
     deliver, IMU_TYPE, input_routes, InputRoute, ODOMETRY_TYPE, serialized,
     SERIALIZED_DECODERS)
+from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
 # The node's clock (s) as the IMU message that follows arrived: for the live clock check.
@@ -75,7 +75,8 @@ class LinkProcess:
         on_pwm(pwm, frame_rate, stamp) gets PWM for the commands (changed, or every
         COMMAND_REFRESH), with the physics time of the state SITL computed it from (NaN before
         the first reply); on_recorded(message) every new frame's servo_pwm (servo_pwm.py),
-        serialized (CDR), when raw_pwm_topic is set; on_ended(why) is told once if the child ends before close().
+        serialized (CDR), when raw_pwm_topic is set; on_ended(why) is told once if the child
+        ends before close().
         """
         self.logger = logger
         self.on_ended = on_ended
@@ -181,7 +182,7 @@ class LinkProcess:
                 self.logger.log(level if levels(level) else logging.INFO, text)
 
     def _ended(self) -> None:
-        """The child closed its channel unasked (killed, or crashed): say why, once."""
+        """Say once why the child closed its channel unasked (killed, or crashed)."""
         try:
             code = self.process.wait(STATS_PERIOD)
         except subprocess.TimeoutExpired:
@@ -261,10 +262,11 @@ class PwmForwarder:
 
     Each goes stamped with physics_time(), the physics time of the state SITL computed the PWM
     from (the last reply's): None before the session's first reply, whose frame is then not
-    recorded (SITL's initial outputs, before it has seen any state). ArduPilot changes its outputs at its loop rate, a third of the frame rate: for the
-    commands, repeats are not forwarded, except every COMMAND_REFRESH, so that each publish is
-    news. For the recording (servo_pwm) every new frame goes, serialized here, in batches at
-    most RECORD_LATENCY old, so the parent wakes once per batch and publishes each as it came.
+    recorded (SITL's initial outputs, before it has seen any state). ArduPilot changes its
+    outputs at its loop rate, a third of the frame rate: for the commands, repeats are not
+    forwarded, except every COMMAND_REFRESH, so that each publish is news. For the recording
+    (servo_pwm) every new frame goes, serialized here, in batches at most RECORD_LATENCY old,
+    so the parent wakes once per batch and publishes each as it came.
     A batch that no later frame fills (SITL running slowly, or stopped) is sent by a thread
     that sleeps until the batch comes due.
     """

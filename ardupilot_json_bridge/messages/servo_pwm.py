@@ -22,13 +22,13 @@ SERVO_FRAME_ID = 'base_link'
 
 
 def channel_name(channel: int) -> str:
-    """The name of the 0-based channel: servo1 for SERVO1."""
+    """Return the name of the 0-based channel: servo1 for SERVO1."""
     return f'servo{channel + 1}'
 
 
 @lru_cache(maxsize=8)
 def _names(count: int, offset: int) -> bytes:
-    """The serialized name sequence of count channels, starting offset bytes into the body."""
+    """Return the serialized names of count channels, starting offset bytes into the body."""
     body = struct.pack('<I', count)
     for channel in range(count):
         name = channel_name(channel).encode() + b'\x00'
@@ -37,7 +37,7 @@ def _names(count: int, offset: int) -> bytes:
 
 
 def encode_servo_pwm(stamp: float, pwm: Sequence[int], frame_id: str = SERVO_FRAME_ID) -> bytes:
-    """A frame's PWM as a serialized (CDR) sensor_msgs/JointState, stamped stamp seconds."""
+    """Return a frame's PWM as a serialized (CDR) sensor_msgs/JointState, stamped stamp s."""
     head = pad(header_bytes(stamp, frame_id), 4)
     body = head + _names(len(pwm), len(head))
     body = pad(body, 4) + struct.pack('<I', len(pwm))

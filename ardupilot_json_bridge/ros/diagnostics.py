@@ -52,6 +52,7 @@ class BridgeMonitor:
         self._rejected: Dict[str, int] = {}
         self._left_out: Dict[str, int] = {}
         self._input_unanswered: Dict[str, int] = {}
+        self._missed: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
@@ -117,7 +118,7 @@ class BridgeMonitor:
                   'age_s': 'never' if age is None else f'{age:.2f}',
                   'messages': str(meter.count), 'rejected': str(meter.rejected),
                   'used': str(meter.used), 'left_out': str(meter.left_out),
-                  'unanswered_frames': str(meter.unanswered)}
+                  'unanswered_frames': str(meter.unanswered), 'missed': str(meter.missed)}
         name = f'{self.prefix}: input {meter.name}'
         newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
         self._rejected[meter.name] = meter.rejected
@@ -125,6 +126,8 @@ class BridgeMonitor:
         self._left_out[meter.name] = meter.left_out
         newly_unanswered = meter.unanswered - self._input_unanswered.get(meter.name, 0)
         self._input_unanswered[meter.name] = meter.unanswered
+        newly_missed = meter.missed - self._missed.get(meter.name, 0)
+        self._missed[meter.name] = meter.missed
         missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
         if age is None:
             return Status(missing, name, f'no messages on {topic}', values)
@@ -136,6 +139,12 @@ class BridgeMonitor:
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)
+        if newly_missed:
+            return Status(Level.WARN, name, f'{newly_missed} message(s) missing by the stamps '
+                                            f'(one every {meter.stamp_step * 1e3:.3g} ms): '
+                                            'dropped by a full subscription queue while the '
+                                            'executor lagged, by the network, or never '
+                                            'published', values)
         if newly_left_out:
             return Status(Level.WARN, name, f'{meter.rate():.0f} Hz received, but '
                                             f'{newly_left_out} time(s) left out of replies: '

@@ -161,7 +161,7 @@ class MujocoSim(Node):
                              'topics, one set per namespace; an absolute one is shared')
 
         def ns(topic: str) -> str:
-            """The vehicle's name of a command topic: absolute ones stay as given."""
+            """Return the vehicle's name of a command topic: absolute ones stay as given."""
             return topic if topic.startswith('/') else prefix + topic
         start, described = 0, []
         for group in groups:

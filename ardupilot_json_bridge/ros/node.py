@@ -424,7 +424,7 @@ class Wakeup:
 
     @staticmethod
     def _ignore(number: int, frame: Any) -> None:
-        """The Python side of the signals: nothing; the wakeup byte is written already."""
+        """Do nothing: the C handler has written the wakeup byte already."""
 
     def set(self) -> None:
         """Wake the main thread (from any thread)."""
