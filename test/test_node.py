@@ -260,6 +260,39 @@ def test_node_reports_diagnostics(harness):
     assert node.link.stats.received == 0
 
 
+def test_diagnostics_before_the_first_clock_are_stamped_with_the_wall_clock(harness):
+    node = harness.bridge('early', port=free_udp_port(), use_sim_time=True)
+    reports = []
+    harness.sim.create_subscription(DiagnosticArray, '/diagnostics', reports.append, RELIABLE)
+    assert wait_until(lambda: reports, 5.0)
+    assert node.get_clock().now().nanoseconds == 0      # no /clock yet
+    stamp = reports[-1].header.stamp
+    assert abs(stamp.sec + stamp.nanosec * 1e-9 - time.time()) < 5.0, stamp
+
+
+def test_a_node_with_no_output_groups_says_so():
+    import signal
+    import subprocess
+    import sys
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'ardupilot_json_bridge.ros.node', '--ros-args', '-p',
+         f'port:={free_udp_port()}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if 'listening on UDP' in line:
+                break
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=15)
+    warnings = [line for line in lines + output.splitlines() if 'no output groups' in line]
+    assert len(warnings) == 1 and warnings[0].startswith('[WARN]'), lines
+    assert 'no actuator command is published' in warnings[0]
+    assert process.returncode == 0
+
+
 def test_two_vehicles_do_not_interfere(harness):
     ports = [free_udp_port(), free_udp_port()]
     for index, port in enumerate(ports):

@@ -308,7 +308,11 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
         assert list(message.velocity) == pytest.approx(
             [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
         assert len(message.position) == 0 and len(message.normalized) == 0
-        assert message.header.stamp.sec + message.header.stamp.nanosec > 0  # simulated time
+        # The physics time of a state the simulator published (on its 4 ms steps), and the
+        # body's frame.
+        stamp_ns = message.header.stamp.sec * 10**9 + message.header.stamp.nanosec
+        assert stamp_ns > 0 and stamp_ns % round(STEP * 1e9) == 0, stamp_ns
+        assert message.header.frame_id == 'base_link'
     finally:
         peer.close()
         simulator.close()
