@@ -140,18 +140,23 @@ def test_a_plane_or_rover_judged_as_a_copter_is_undecided_not_wrong(record):
     assert check.verdict == UNDECIDED and 'name the vehicle' in check.measured, check
 
 
-def write_flight_bag(path, record: mixed_flight.Record) -> None:
-    """Write a record as the flight recorder does: /clock, imu, odom and servo_pwm."""
-    store = ros_messages.STORES['jazzy']
-    pwm_type = store.types['std_msgs/msg/UInt16MultiArray']
-    layout_type = store.types['std_msgs/msg/MultiArrayLayout']
+def sensor_messages(store, record: mixed_flight.Record) -> list:
+    """Return a record's /clock, imu and odom as (topic, type, log time, message)."""
     messages = [('/imu', 'sensor_msgs/msg/Imu', round(t * 1e9),
                  ros_messages.imu(store, t, gyro, accel)) for t, gyro, accel in record.imu]
     messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(t * 1e9) - 1,
                   ros_messages.clock(store, t)) for t, _, _ in record.imu]
-    messages += [('/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
-                  ros_messages.odometry(store, t, position, q, linear))
-                 for t, position, q, linear in record.odometry]
+    return messages + [('/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
+                        ros_messages.odometry(store, t, position, q, linear))
+                       for t, position, q, linear in record.odometry]
+
+
+def write_flight_bag(path, record: mixed_flight.Record) -> None:
+    """Write a record as the flight recorder once did: servo_pwm as UInt16MultiArray."""
+    store = ros_messages.STORES['jazzy']
+    pwm_type = store.types['std_msgs/msg/UInt16MultiArray']
+    layout_type = store.types['std_msgs/msg/MultiArrayLayout']
+    messages = sensor_messages(store, record)
     messages += [('/servo_pwm', 'std_msgs/msg/UInt16MultiArray', round(t * 1e9),
                   pwm_type(layout=layout_type(dim=[], data_offset=0),
                            data=np.array(pwm, dtype=np.uint16)))
@@ -168,13 +173,7 @@ def write_node_recording(path, record: mixed_flight.Record, batch: float = 0.05)
     """
     store = ros_messages.STORES['jazzy']
     joint_state = store.types['sensor_msgs/msg/JointState']
-    messages = [('/imu', 'sensor_msgs/msg/Imu', round(t * 1e9),
-                 ros_messages.imu(store, t, gyro, accel)) for t, gyro, accel in record.imu]
-    messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(t * 1e9) - 1,
-                  ros_messages.clock(store, t)) for t, _, _ in record.imu]
-    messages += [('/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
-                  ros_messages.odometry(store, t, position, q, linear))
-                 for t, position, q, linear in record.odometry]
+    messages = sensor_messages(store, record)
     messages += [('/servo_pwm', 'sensor_msgs/msg/JointState',
                   round((math.floor(t / batch) + 1) * batch * 1e9),
                   joint_state(header=ros_messages.header(store, t),
