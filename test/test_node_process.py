@@ -436,3 +436,41 @@ def test_run_node_shuts_its_executor_down_before_rclpy():
     assert lines[-1:] == ['exit 0'], result.stdout + result.stderr
     assert set(lines[:-1]) == {'executors live at rclpy shutdown: 0'}, result.stdout
     assert 'Traceback' not in result.stderr, result.stderr
+
+
+SIGNAL_STORM = """
+import sys
+import rclpy
+from ardupilot_json_bridge.ros.node import run_node
+
+
+def ticking_node():
+    node = rclpy.create_node('storm')
+    node.create_timer(0.01, lambda: None)
+    print('up', flush=True)
+    return node
+
+
+sys.exit(run_node(ticking_node, 'storm', ()))
+"""
+
+
+def test_a_storm_of_signals_ends_the_node_cleanly():
+    """
+    Signals landing at any moment, through the cleanup and the interpreter's exit, end the
+    node with exit 0: the handlers take no lock, and a late SIGTERM is ignored, not fatal.
+    """
+    for attempt in range(5):
+        process = subprocess.Popen([sys.executable, '-c', SIGNAL_STORM],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with reaped(process):
+            assert process.stdout.readline().strip() == 'up', process.stdout.read()
+            time.sleep(0.2)
+            for number in [signal.SIGTERM, signal.SIGINT] * 1000:
+                try:
+                    os.kill(process.pid, number)
+                except ProcessLookupError:
+                    break
+            output, _ = process.communicate(timeout=20)
+        assert process.returncode == 0, (attempt, process.returncode, output)
+        assert 'Traceback' not in output, output

@@ -380,8 +380,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
                                    args=(executor, stopped, stop, failure))
         spinner.start()
         stop.wait()
-        # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
         stopped.set_result(None)   # wakes the executor, which returns with rclpy still up
         spinner.join(SPIN_STOP_TIMEOUT / 2)
         if spinner.is_alive():
@@ -396,7 +395,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         rclpy.logging.get_logger(name).fatal(str(error))
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
         stop.close()
         if node is not None:
             node.destroy_node()
@@ -418,7 +417,8 @@ class Wakeup:
     def __init__(self) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
-        self._previous_fd = signal.set_wakeup_fd(self._write)
+        # A full pipe holds wakeups enough: a storm of signals is not worth a warning each.
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         for number in self.SIGNALS:
             signal.signal(number, self._ignore)
 
@@ -436,6 +436,17 @@ class Wakeup:
     def wait(self) -> None:
         """Sleep until a signal or set()."""
         os.read(self._read, 1)
+
+    def ignore_signals(self) -> None:
+        """
+        Ignore SIGINT and SIGTERM from now on: the node is stopping.
+
+        Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup, nor
+        a late SIGTERM kill the process at exit, where Python restores the default action of
+        every signal it handles, but not of those it ignores.
+        """
+        for number in self.SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
 
     def close(self) -> None:
         """Stop taking signals into the pipe (idempotent), and close it."""
