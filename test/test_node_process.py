@@ -457,8 +457,9 @@ sys.exit(run_node(ticking_node, 'storm', ()))
 
 def test_a_storm_of_signals_ends_the_node_cleanly():
     """
-    Signals landing at any moment, through the cleanup and the interpreter's exit, end the
-    node with exit 0: the handlers take no lock, and a late SIGTERM is ignored, not fatal.
+    End the node with exit 0 whenever signals land, through its cleanup and Python's exit.
+
+    The handlers take no lock, and a late SIGTERM is ignored, not fatal.
     """
     for attempt in range(5):
         process = subprocess.Popen([sys.executable, '-c', SIGNAL_STORM],

@@ -1,6 +1,8 @@
 """
-What a ROS user meets with the ros2 command line (issue 34): parameter sets on both nodes of
-mujoco.launch.py, a params_file that is no file, and the Gazebo preset given to it.
+What a ROS user meets with the ros2 command line (issue 34).
+
+Parameter sets on both nodes of mujoco.launch.py, a params_file that is no file, and the
+Gazebo preset given to it.
 """
 
 from typing import Dict
