@@ -468,10 +468,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--channel-fd', type=int, required=True)
     parser.add_argument('--parameters', required=True)
     args = parser.parse_args(argv)
-    try:
-        return serve_channel(json.loads(args.parameters), args.udp_fd, args.channel_fd)
-    except KeyboardInterrupt:
-        return 0
+    # The node decides when the link ends, by closing the channel (or by dying, which closes
+    # it too): Ctrl-C in a terminal, or SIGTERM, to the whole process group reaches this
+    # process as well, and its ending first would read as the link dying under the node.
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    return serve_channel(json.loads(args.parameters), args.udp_fd, args.channel_fd)
 
 
 if __name__ == '__main__':
