@@ -89,15 +89,6 @@ def test_float64_array(values):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 65535), max_size=20))
-def test_uint16_array(values):
-    expected = TYPES['std_msgs/msg/UInt16MultiArray'](
-        layout=layout(), data=np.array(values, dtype=np.uint16))
-    assert cdr_writer.encode_uint16_array(values) == \
-        rosbags_bytes(expected, 'std_msgs/msg/UInt16MultiArray')
-
-
-@settings(max_examples=100, deadline=None)
 @given(stamps_ns, frame_ids, st.lists(st.integers(0, 65535), max_size=20))
 def test_servo_pwm(stamp_ns, frame_id, values):
     expected = TYPES['sensor_msgs/msg/JointState'](

@@ -14,7 +14,6 @@ from ardupilot_json_bridge.messages.inputs import time_parts
 
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
 FLOAT64_ARRAY_TYPE = 'std_msgs/msg/Float64MultiArray'
-UINT16_ARRAY_TYPE = 'std_msgs/msg/UInt16MultiArray'
 ENCAPSULATION = b'\x00\x01\x00\x00'
 ZEROS_3X3 = bytes(9 * 8)
 ZEROS_6X6 = bytes(36 * 8)
@@ -70,9 +69,3 @@ def encode_float64_array(values: Sequence[float]) -> bytes:
     if values:
         body = pad(body, 8) + struct.pack(f'<{len(values)}d', *values)
     return ENCAPSULATION + body
-
-
-def encode_uint16_array(values: Sequence[int]) -> bytes:
-    """std_msgs/UInt16MultiArray of values, with an empty layout."""
-    return (ENCAPSULATION + EMPTY_LAYOUT + struct.pack('<I', len(values))
-            + struct.pack(f'<{len(values)}H', *values))
