@@ -223,11 +223,15 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
+    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
-    from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE, UINT16_ARRAY_TYPE
+    from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE
     from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+    from ardupilot_json_bridge.messages.servo_pwm import (
+        LEGACY_SERVO_PWM_TYPE, pwm_sample, SERVO_PWM_TYPE)
     from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import check_bag_topics, resolve_topic, WantedTopic
+    warnings = RateLimitedLog(logging.getLogger('ardupilot_json_bridge'))
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
@@ -241,7 +245,7 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
         WantedTopic(imu_topic, IMU_TYPE, 'imu', mandatory=True),
         WantedTopic(odom_topic, ODOMETRY_TYPE, 'odometry', mandatory=True),
         WantedTopic(CLOCK_TOPIC, CLOCK_TYPE, 'clock'),
-        WantedTopic(pwm_topic, UINT16_ARRAY_TYPE, 'servo_pwm')])
+        WantedTopic(pwm_topic, SERVO_PWM_TYPE, 'servo_pwm', older=(LEGACY_SERVO_PWM_TYPE,))])
     topics = [imu_topic, odom_topic] + [t for t in (CLOCK_TOPIC, pwm_topic) if t in available]
     read = 0
     for message in read_messages(bag, topics):
@@ -255,10 +259,14 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
             # Each IMU stamp is paired with the clock when it was logged.
             clock, clock_logged = time_seconds(message.message.clock), log_time
         elif message.topic == pwm_topic:
-            # No header: the PWM applies at the clock it was logged at, carried on by the log
-            # time since the last /clock.
-            checker.add_pwm(log_time if clock is None else clock + log_time - clock_logged,
-                            message.message.data)
+            # Stamped with its frame's physics time; an older recording's, with no header, at
+            # the clock it was logged at, carried on by the log time since the last /clock.
+            stamp, pwm, problem = pwm_sample(
+                message.message, log_time if clock is None else clock + log_time - clock_logged)
+            if problem:
+                warnings.warning('pwm', problem)
+            else:
+                checker.add_pwm(stamp, pwm)
         elif message.topic == imu_topic:
             stamp = stamp_seconds(message.message.header)
             observe_imu(checker, message.message, stamp)

@@ -122,9 +122,11 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
                   read_only=True),
     ParameterSpec('rc_topic', '', 'sensor_msgs/Joy to RC channels 1-12 (axes, then buttons); '
                   'empty for none', read_only=True),
-    ParameterSpec('raw_pwm_topic', 'servo_pwm', 'std_msgs/UInt16MultiArray of every new '
-                  "frame's PWM, for recording (published in batches, each sent once its first "
-                  'frame is 50 ms old); empty for none', read_only=True),
+    ParameterSpec('raw_pwm_topic', 'servo_pwm', 'sensor_msgs/JointState of every new '
+                  "frame's PWM (servo1..N, microseconds in position), stamped with the physics "
+                  'time of the state SITL computed it from, for recording (published in '
+                  'batches, each sent once its first frame is 50 ms old); empty for none',
+                  read_only=True),
 )
 
 PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
@@ -236,11 +238,13 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _topic(name: str, value: Any) -> str:
-    topic = _text(name, value)
-    if topic.startswith('/'):
-        raise ConfigError(f'{name}: {topic!r} is absolute; use a relative name so namespaces '
-                          'and remapping apply')
-    return topic
+    """
+    Return a topic name as given.
+
+    Relative names take the node's namespace; absolute ones (a ros_gz world's
+    /model/quad/odometry) stay as they are; remapping applies to both.
+    """
+    return _text(name, value)
 
 
 def _list(name: str, value: Any) -> Sequence[Any]:

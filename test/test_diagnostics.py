@@ -112,3 +112,20 @@ def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they
     # A fault that waiting may mend (physics late for a frame) is a warning.
     meter.unanswered, meter.fault, meter.fault_is_error = 241, 'samples stop short', False
     assert watcher.input_status(meter, 0.1).level is Level.WARN
+
+
+def test_a_link_process_that_ended_is_an_error_whatever_the_counters_say():
+    ended = 'the link process was killed by SIGKILL: SITL is no longer served'
+    (link, *_) = monitor().statuses(LinkStats(), [], 10.0, (), ended)
+    assert (link.level, link.message) == (Level.ERROR, ended)
+
+
+def test_messages_missing_by_the_stamps_warn_once_with_their_count():
+    meter, judge = InputMeter('imu'), monitor()
+    for stamp_gap in (0.001, 0.001, 0.004, 0.001):     # 3 messages missing in the third gap
+        meter.record(9.9)
+        meter.note_stamp_gap(stamp_gap)
+    status = judge.input_status(meter, 10.0)
+    assert status.level is Level.WARN and status.values['missed'] == '3'
+    assert status.message.startswith('3 message(s) missing by the stamps (one every 1 ms)')
+    assert judge.input_status(meter, 10.0).level is Level.OK

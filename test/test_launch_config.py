@@ -61,17 +61,42 @@ def test_parse_bool_refuses():
         parse_bool('use_sim_time', 'maybe')
 
 
-def test_parameters_put_launch_arguments_over_the_file():
-    assert bridge_parameters(2, True, '/p.yaml') == ['/p.yaml', {'instance': 2,
-                                                                 'use_sim_time': True}]
+@pytest.fixture
+def params_file(tmp_path):
+    path = tmp_path / 'p.yaml'
+    path.write_text('json_sitl_bridge:\n  ros__parameters:\n    instance: 0\n')
+    return str(path)
+
+
+def test_parameters_put_launch_arguments_over_the_file(params_file):
+    assert bridge_parameters(2, True, params_file) == [params_file, {'instance': 2,
+                                                                     'use_sim_time': True}]
     assert bridge_parameters(0, False, '') == [{'instance': 0, 'use_sim_time': False}]
 
 
-def test_node_arguments_name_the_package_executable_and_namespace():
-    arguments = bridge_node_arguments(VehicleLaunch('uav3', 3), True, '/p.yaml')
+def test_node_arguments_name_the_package_executable_and_namespace(params_file):
+    arguments = bridge_node_arguments(VehicleLaunch('uav3', 3), True, params_file)
     assert arguments == {'package': 'ardupilot_json_bridge', 'executable': 'bridge',
                          'name': 'json_sitl_bridge', 'namespace': 'uav3', 'output': 'screen',
-                         'parameters': ['/p.yaml', {'instance': 3, 'use_sim_time': True}]}
+                         'parameters': [params_file, {'instance': 3, 'use_sim_time': True}]}
+
+
+def test_a_missing_params_file_is_a_launch_error(tmp_path):
+    # launch_ros would only warn, and start a bridge with no outputs.
+    missing = str(tmp_path / 'quad_x.yml')
+    for start in (lambda: bridge_node_arguments(VehicleLaunch('uav0', 0), True, missing),
+                  lambda: simulator_node_arguments(VehicleLaunch('uav0', 0), '/clock', 250.0,
+                                                   125.0, 1.0, missing)):
+        with pytest.raises(LaunchArgumentError) as error:
+            start()
+        assert str(error.value) == f'params_file: {missing!r} is not a file'
+
+
+def test_the_simulator_takes_its_commands_as_the_bridges_params_file_says(params_file):
+    arguments = simulator_node_arguments(VehicleLaunch('quad0', 0), '/clock', 250.0, 125.0,
+                                         1.0, params_file)
+    assert arguments['parameters'] == [{'imu_rate': 250.0, 'odom_rate': 125.0,
+                                        'real_time_factor': 1.0, 'preset': params_file}]
 
 
 LAUNCH_FILES = sorted(n for n in os.listdir(LAUNCH_DIR) if n.endswith('.launch.py'))

@@ -505,7 +505,7 @@ def test_a_recorded_lock_step_flight_is_a_bag_of_ros_topics_that_check_accepts(
     topics = read_bag(tmp_path / 'flight')
     assert {topic: msgtype for topic, (msgtype, _) in topics.items()} == {
         '/clock': 'rosgraph_msgs/msg/Clock', '/imu': 'sensor_msgs/msg/Imu',
-        '/odom': 'nav_msgs/msg/Odometry', '/servo_pwm': 'std_msgs/msg/UInt16MultiArray',
+        '/odom': 'nav_msgs/msg/Odometry', '/servo_pwm': 'sensor_msgs/msg/JointState',
         '/command/motor_speed': 'std_msgs/msg/Float64MultiArray'}
     imus = [message for _, message in topics['/imu'][1]]
     odometry = [message for _, message in topics['/odom'][1]]
@@ -518,8 +518,11 @@ def test_a_recorded_lock_step_flight_is_a_bag_of_ros_topics_that_check_accepts(
         assert log_time == expected
         assert imu.header.stamp.sec * 10**9 + imu.header.stamp.nanosec == expected
         assert clock.clock.sec * 10**9 + clock.clock.nanosec == expected
-    pwm_values = [list(message.data) for _, message in topics['/servo_pwm'][1]]
+    pwm_values = [list(message.position) for _, message in topics['/servo_pwm'][1]]
     assert [values[:4] for values in pwm_values] == pwms
+    # Each frame's PWM stamped with the physics time of the step it moved, as its IMU.
+    assert [m.header.stamp for _, m in topics['/servo_pwm'][1]] == \
+        [m.header.stamp for m in imus]
     commands = [list(message.data) for _, message in topics['/command/motor_speed'][1]]
     assert commands[-1] == pytest.approx([motor_command(pwm) for pwm in pwms[-1]])
     last = imus[-1]

@@ -8,6 +8,7 @@ and no cross-talk between two namespaces.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -234,6 +235,42 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
         simulator.close()
 
 
+def child_pids(pid: int) -> List[int]:
+    """Return the process ids of pid's children (Linux /proc)."""
+    children = []
+    for task in os.listdir(f'/proc/{pid}/task'):
+        with open(f'/proc/{pid}/task/{task}/children') as stream:
+            children += [int(child) for child in stream.read().split()]
+    return children
+
+
+def test_the_link_process_killed_is_said_on_diagnostics_then_the_node_exits_1():
+    port = free_udp_port()
+    simulator = Simulator({'uav4': 0.0})
+    try:
+        with reaped(start_node('uav4', port)) as node:
+            def link_statuses():
+                return [status for report in simulator.diagnostics for status in report.status
+                        if status.name == 'uav4/json_sitl_bridge: SITL link']
+            assert wait_for(link_statuses, 30.0), node.stdout.read() if node.poll() else ''
+            (link_process,) = child_pids(node.pid)
+            os.kill(link_process, signal.SIGKILL)
+            output, _ = node.communicate(timeout=15)
+        assert node.returncode == 1, output
+        assert wait_for(lambda: link_statuses()[-1].level == b'\x02', 5.0)
+        assert link_statuses()[-1].message == ('the link process was killed by SIGKILL: SITL '
+                                               'is no longer served')
+        fatal = [line for line in output.splitlines() if 'FATAL' in line]
+        assert len(fatal) == 1 and 'killed by SIGKILL' in fatal[0], output
+        assert 'Traceback' not in output
+        # The port is free again.
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(('127.0.0.1', port))
+        probe.close()
+    finally:
+        simulator.close()
+
+
 def test_a_misspelled_parameter_is_one_fatal_line_and_exit_1():
     result = subprocess.run(
         [sys.executable, '-m', 'ardupilot_json_bridge.cli', 'node', '--ros-args', '--params-file',
@@ -271,7 +308,11 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
         assert list(message.velocity) == pytest.approx(
             [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
         assert len(message.position) == 0 and len(message.normalized) == 0
-        assert message.header.stamp.sec + message.header.stamp.nanosec > 0  # simulated time
+        # The physics time of a state the simulator published (on its 4 ms steps), and the
+        # body's frame.
+        stamp_ns = message.header.stamp.sec * 10**9 + message.header.stamp.nanosec
+        assert stamp_ns > 0 and stamp_ns % round(STEP * 1e9) == 0, stamp_ns
+        assert message.header.frame_id == 'base_link'
     finally:
         peer.close()
         simulator.close()
@@ -395,3 +436,42 @@ def test_run_node_shuts_its_executor_down_before_rclpy():
     assert lines[-1:] == ['exit 0'], result.stdout + result.stderr
     assert set(lines[:-1]) == {'executors live at rclpy shutdown: 0'}, result.stdout
     assert 'Traceback' not in result.stderr, result.stderr
+
+
+SIGNAL_STORM = """
+import sys
+import rclpy
+from ardupilot_json_bridge.ros.node import run_node
+
+
+def ticking_node():
+    node = rclpy.create_node('storm')
+    node.create_timer(0.01, lambda: None)
+    print('up', flush=True)
+    return node
+
+
+sys.exit(run_node(ticking_node, 'storm', ()))
+"""
+
+
+def test_a_storm_of_signals_ends_the_node_cleanly():
+    """
+    End the node with exit 0 whenever signals land, through its cleanup and Python's exit.
+
+    The handlers take no lock, and a late SIGTERM is ignored, not fatal.
+    """
+    for attempt in range(5):
+        process = subprocess.Popen([sys.executable, '-c', SIGNAL_STORM],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with reaped(process):
+            assert process.stdout.readline().strip() == 'up', process.stdout.read()
+            time.sleep(0.2)
+            for number in [signal.SIGTERM, signal.SIGINT] * 1000:
+                try:
+                    os.kill(process.pid, number)
+                except ProcessLookupError:
+                    break
+            output, _ = process.communicate(timeout=20)
+        assert process.returncode == 0, (attempt, process.returncode, output)
+        assert 'Traceback' not in output, output

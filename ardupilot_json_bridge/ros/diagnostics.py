@@ -52,12 +52,13 @@ class BridgeMonitor:
         self._rejected: Dict[str, int] = {}
         self._left_out: Dict[str, int] = {}
         self._input_unanswered: Dict[str, int] = {}
+        self._missed: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
-                 conventions: Sequence[Check] = ()) -> List[Status]:
-        """Every status at monotonic time now."""
-        link = self.link_status(stats, now)
+                 conventions: Sequence[Check] = (), ended: Optional[str] = None) -> List[Status]:
+        """Every status at monotonic time now; ended says why the link process ended."""
+        link = self.link_status(stats, now, ended)
         inputs = [self.input_status(m, now) for m in meters if m.name in self.topics]
         return [link] + inputs + [self.conventions_status(conventions)]
 
@@ -76,7 +77,7 @@ class BridgeMonitor:
         return Status(Level.OK, name, f'{len(checks) - undecided} ok, {undecided} undecided '
                                       '(needs motion)', values)
 
-    def link_status(self, stats: LinkStats, now: float) -> Status:
+    def link_status(self, stats: LinkStats, now: float, ended: Optional[str] = None) -> Status:
         elapsed = None if self._last_time is None else now - self._last_time
         rate = 0.0 if not elapsed else (stats.replied - self._replied) / elapsed
         newly_unanswered = stats.unanswered - self._unanswered
@@ -94,6 +95,8 @@ class BridgeMonitor:
             'latency_p99_us': _microseconds(stats.latency.percentile(0.99)),
         }
         name = f'{self.prefix}: SITL link'
+        if ended is not None:
+            return Status(Level.ERROR, name, ended, values)
         if stats.last_packet is None:
             return Status(Level.WARN, name, f'waiting for SITL on UDP port '
                                             f'{self.settings.listen_port} (sim_vehicle.py -I '
@@ -115,7 +118,7 @@ class BridgeMonitor:
                   'age_s': 'never' if age is None else f'{age:.2f}',
                   'messages': str(meter.count), 'rejected': str(meter.rejected),
                   'used': str(meter.used), 'left_out': str(meter.left_out),
-                  'unanswered_frames': str(meter.unanswered)}
+                  'unanswered_frames': str(meter.unanswered), 'missed': str(meter.missed)}
         name = f'{self.prefix}: input {meter.name}'
         newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
         self._rejected[meter.name] = meter.rejected
@@ -123,6 +126,8 @@ class BridgeMonitor:
         self._left_out[meter.name] = meter.left_out
         newly_unanswered = meter.unanswered - self._input_unanswered.get(meter.name, 0)
         self._input_unanswered[meter.name] = meter.unanswered
+        newly_missed = meter.missed - self._missed.get(meter.name, 0)
+        self._missed[meter.name] = meter.missed
         missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
         if age is None:
             return Status(missing, name, f'no messages on {topic}', values)
@@ -134,6 +139,12 @@ class BridgeMonitor:
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)
+        if newly_missed:
+            return Status(Level.WARN, name, f'{newly_missed} message(s) missing by the stamps '
+                                            f'(one every {meter.stamp_step * 1e3:.3g} ms): '
+                                            'dropped by a full subscription queue while the '
+                                            'executor lagged, by the network, or never '
+                                            'published', values)
         if newly_left_out:
             return Status(Level.WARN, name, f'{meter.rate():.0f} Hz received, but '
                                             f'{newly_left_out} time(s) left out of replies: '

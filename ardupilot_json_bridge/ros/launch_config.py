@@ -6,6 +6,7 @@ configurations (namespace, instance, port, parameters) the launch files hand to 
 """
 
 from dataclasses import dataclass
+import os
 import re
 import shlex
 from typing import Any, Dict, List, Tuple, Union
@@ -90,10 +91,23 @@ def parse_namespace(name: str, text: str) -> str:
     return namespace
 
 
+def check_params_file(params_file: str) -> str:
+    """
+    Return params_file if it is empty or a file; a missing one is a launch error.
+
+    launch_ros only warns about a missing file and starts the node on its defaults, which for
+    the bridge means no output groups: SITL arms and no command is ever published.
+    """
+    if params_file and not os.path.isfile(params_file):
+        raise LaunchArgumentError(f'params_file: {params_file!r} is not a file')
+    return params_file
+
+
 def bridge_parameters(instance: int, use_sim_time: bool,
                       params_file: str) -> List[Union[str, Dict[str, Any]]]:
     """Return the parameters list of one bridge node: the file first, launch arguments over it."""
-    parameters: List[Union[str, Dict[str, Any]]] = [params_file] if params_file else []
+    parameters: List[Union[str, Dict[str, Any]]] = \
+        [check_params_file(params_file)] if params_file else []
     parameters.append({'instance': instance, 'use_sim_time': use_sim_time})
     return parameters
 
@@ -138,13 +152,22 @@ def clock_topic(vehicle: VehicleLaunch, count: int) -> str:
 
 
 def simulator_node_arguments(vehicle: VehicleLaunch, clock: str, imu_rate: float,
-                             odom_rate: float, real_time_factor: float = 1.0) -> Dict[str, Any]:
-    """Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim."""
+                             odom_rate: float, real_time_factor: float = 1.0,
+                             params_file: str = '') -> Dict[str, Any]:
+    """
+    Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim.
+
+    params_file, the bridge's, is the simulator's preset too: it takes its commands on the
+    topics and in the message types the bridge publishes them with, and refuses in one line a
+    file whose outputs do not fit its model.
+    """
+    parameters: Dict[str, Any] = {'imu_rate': imu_rate, 'odom_rate': odom_rate,
+                                  'real_time_factor': real_time_factor}
+    if params_file:
+        parameters['preset'] = check_params_file(params_file)
     return {'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim',
             'name': 'mujoco_sim', 'namespace': vehicle.namespace, 'output': 'screen',
-            'parameters': [{'imu_rate': imu_rate, 'odom_rate': odom_rate,
-                            'real_time_factor': real_time_factor}],
-            'remappings': clock_remappings(clock)}
+            'parameters': [parameters], 'remappings': clock_remappings(clock)}
 
 
 def clock_remappings(clock: str) -> List[Tuple[str, str]]:

@@ -14,6 +14,8 @@ from dataclasses import replace
 from functools import partial
 import importlib
 import logging
+import math
+import os
 import signal
 import sys
 import threading
@@ -35,8 +37,8 @@ from rclpy.qos import (
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
-from std_msgs.msg import (
-    Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray, Header, MultiArrayLayout
 
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
@@ -48,6 +50,7 @@ from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
 from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses
 from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_routes, InputRoute, \
     SERIALIZED_DECODERS
+from ardupilot_json_bridge.messages.servo_pwm import SERVO_FRAME_ID
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
@@ -166,14 +169,21 @@ class JsonSitlBridge(Node):
         self.command_publishers = {
             topic: self.create_publisher(command_types[group.kind], topic, COMMAND_QOS)
             for group in self.groups for topic in group_topics(group)}
-        self.pwm_publisher = (self.create_publisher(UInt16MultiArray, self.config.raw_pwm_topic,
+        if not self.groups:
+            self.get_logger().warning(
+                'no output groups: SITL is answered but no actuator command is published; '
+                'give a params_file (a preset in config/) or output_groups')
+        self.pwm_publisher = (self.create_publisher(JointState, self.config.raw_pwm_topic,
                                                     RECORDING_QOS)
                               if self.config.raw_pwm_topic else None)
+        # The link process ending is fatal: told in its reader thread, raised in the executor's.
+        self._link_end = self.create_guard_condition(self._stop_for_link_end)
         # The link runs in a process of its own, out of the executor's way; this one converts
         # messages and forwards the samples, and publishes what comes back.
         recorded = None if self.pwm_publisher is None else self._publish_recorded
         self.link = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger,
-                                on_recorded=recorded)
+                                on_recorded=recorded,
+                                on_ended=lambda _: self._link_end.trigger())
         self.routes = input_routes(self.config, self.link)
         self._imu_count = 0
         for index, route in enumerate(self.routes):
@@ -252,14 +262,19 @@ class JsonSitlBridge(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _on_pwm(self, pwm: List[int], frame_rate: int) -> None:
-        """Publish the commands: the link process forwards PWM that changed, or held 20 ms."""
+    def _on_pwm(self, pwm: List[int], frame_rate: int, physics_time: float) -> None:
+        """
+        Publish the commands: the link process forwards PWM that changed, or held 20 ms.
+
+        Stamped with the physics time of the state SITL computed them from; before the first
+        reply, which has none, with this node's clock.
+        """
         try:
-            stamp = self._now()
+            stamp = physics_time if math.isfinite(physics_time) else self._now()
             values = self.mapper.apply(pwm)
             for group in self.groups:
                 for topic, message in group_messages(self.classes, group, values[group.name],
-                                                     stamp):
+                                                     stamp, SERVO_FRAME_ID):
                     self.command_publishers[topic].publish(message)
         except Exception:
             self._unless_shut_down()
@@ -276,13 +291,26 @@ class JsonSitlBridge(Node):
         if self.context.ok():
             raise
 
+    def _stop_for_link_end(self) -> None:
+        """Say on /diagnostics that the link process ended, then end the node (exit 1)."""
+        self.publish_diagnostics()
+        raise LinkError(f'{self.link.ended}; the bridge stops')
+
     def publish_diagnostics(self) -> None:
-        """Publish the link's and the inputs' statuses on /diagnostics."""
+        """
+        Publish the link's and the inputs' statuses on /diagnostics.
+
+        Stamped with the node's clock; on simulated time before the first /clock, which reads
+        0, with the wall clock.
+        """
         report = DiagnosticArray()
-        report.header.stamp = self.get_clock().now().to_msg()
+        now = self.get_clock().now()
+        if not now.nanoseconds:
+            now = Clock(clock_type=ClockType.SYSTEM_TIME).now()
+        report.header.stamp = now.to_msg()
         link = self.link
         for status in self.monitor.statuses(link.stats, link.meters, time.monotonic(),
-                                            link.conventions):
+                                            link.conventions, link.ended):
             report.status.append(DiagnosticStatus(
                 level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
                 message=status.message, hardware_id=f'sitl_instance_{self.config.link.instance}',
@@ -339,9 +367,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     The executor spins in a thread; this one waits for a signal or for the executor to end.
     """
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
+    stop = Wakeup()
     node: Optional[Node] = None
     failure: List[BaseException] = []
     try:
@@ -354,8 +380,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
                                    args=(executor, stopped, stop, failure))
         spinner.start()
         stop.wait()
-        # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
         stopped.set_result(None)   # wakes the executor, which returns with rclpy still up
         spinner.join(SPIN_STOP_TIMEOUT / 2)
         if spinner.is_alive():
@@ -370,14 +395,70 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         rclpy.logging.get_logger(name).fatal(str(error))
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
+        stop.close()
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
     return 0
 
 
-def spin_until_shutdown(executor: Executor, stopped: Future, stop: threading.Event,
+class Wakeup:
+    """
+    A pipe the main thread sleeps on until SIGINT, SIGTERM or set() (the executor's end).
+
+    Async-signal-safe: the signals reach it through signal.set_wakeup_fd, whose C handler
+    writes a byte; the Python handlers do nothing. A handler that set a threading.Event took
+    its lock, and deadlocked on a signal landing while the main thread held it.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        # A full pipe holds wakeups enough: a storm of signals is not worth a warning each.
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        for number in self.SIGNALS:
+            signal.signal(number, self._ignore)
+
+    @staticmethod
+    def _ignore(number: int, frame: Any) -> None:
+        """Do nothing: the C handler has written the wakeup byte already."""
+
+    def set(self) -> None:
+        """Wake the main thread (from any thread)."""
+        try:
+            os.write(self._write, b'x')
+        except BlockingIOError:
+            pass    # the pipe is full of wakeups already
+
+    def wait(self) -> None:
+        """Sleep until a signal or set()."""
+        os.read(self._read, 1)
+
+    def ignore_signals(self) -> None:
+        """
+        Ignore SIGINT and SIGTERM from now on: the node is stopping.
+
+        Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup, nor
+        a late SIGTERM kill the process at exit, where Python restores the default action of
+        every signal it handles, but not of those it ignores.
+        """
+        for number in self.SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+
+    def close(self) -> None:
+        """Stop taking signals into the pipe (idempotent), and close it."""
+        if self._write < 0:
+            return
+        signal.set_wakeup_fd(self._previous_fd)
+        for fd in (self._read, self._write):
+            os.close(fd)
+        self._read = self._write = -1
+
+
+def spin_until_shutdown(executor: Executor, stopped: Future, stop: Wakeup,
                         failure: List[BaseException]) -> None:
     """Spin until stopped or rclpy shuts down; keep a callback's exception, and end the node."""
     try:

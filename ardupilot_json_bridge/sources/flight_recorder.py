@@ -17,8 +17,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.messages.cdr_writer import (
     CLOCK_TYPE, encode_clock, encode_float64_array, encode_imu, encode_odometry,
-    encode_uint16_array, FLOAT64_ARRAY_TYPE, UINT16_ARRAY_TYPE)
+    FLOAT64_ARRAY_TYPE)
 from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm, SERVO_PWM_TYPE
 from ardupilot_json_bridge.sources.bagfile import BagError, CLOCK_TOPIC, typestore, write_bag
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleState
 
@@ -117,7 +118,7 @@ class FlightRecorder:
             yield prefix + ODOMETRY_TOPIC, ODOMETRY_TYPE, log_time, encode_odometry(
                 t, self.frame_id, self.child_frame_id, state.position, state.orientation,
                 state.body_velocity, state.body_rates)
-        yield prefix + PWM_TOPIC, UINT16_ARRAY_TYPE, log_time, encode_uint16_array(pwm)
+        yield prefix + PWM_TOPIC, SERVO_PWM_TYPE, log_time, encode_servo_pwm(t, pwm)
         yield (prefix + self.command_topic, FLOAT64_ARRAY_TYPE, log_time,
                encode_float64_array(commands))
         self._counts[vehicle] += 1
