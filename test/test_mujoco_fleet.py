@@ -210,7 +210,7 @@ def test_the_fleet_command_serves_each_sitl_and_records_each_vehicle(tmp_path):
         pwms = ([1600] * 4 + [1000] * 12, [1000] * 16)
 
         def run(index: int) -> None:
-            replies[index] = peers[index].lock_step(300, pwms[index], timeout=60.0, wait=0.5)
+            replies[index] = peers[index].lock_step(300, pwms[index], timeout=60.0)
 
         try:
             threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
