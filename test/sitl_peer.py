@@ -193,7 +193,7 @@ class SitlPeer:
     It reads one datagram a frame, and resends a frame every RESEND_INTERVAL without one.
 
     With a SitlFrameRate, its packets carry the frame rate SITL would derive from the replies
-    stepped so far; without, always 1200.
+    stepped so far; without, always rate (1200 unless set).
     """
 
     def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16,
@@ -206,6 +206,7 @@ class SitlPeer:
         self.clock = clock
         self.resends = 0
         self.last_timestamp: Optional[float] = None
+        self.rate = 1200   # the frame rate sent without a SitlFrameRate
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -215,7 +216,7 @@ class SitlPeer:
              pwm: Optional[Sequence[int]] = None) -> None:
         count = self.frame_count if frame_count is None else frame_count
         values = list(pwm) if pwm is not None else [1000] * self.channels
-        rate = self.clock.frame_rate if self.clock else 1200
+        rate = self.clock.frame_rate if self.clock else self.rate
         self.sock.sendto(encode_servo_packet(count, values, rate), self.target)
 
     def send_raw(self, data: bytes) -> None:
