@@ -232,32 +232,24 @@ class SitlLink:
             self._new_session()
             verdict = self.session.classify(packet.frame_count, received)
         if verdict.kind is FrameKind.LATE:
-            stats.late += 1
-            self.warnings.warning('late', f'{self._prefix}ignored frame {packet.frame_count}, '
-                                          f'older than frame {self.session.last_frame} already '
-                                          'here (late or reordered on the way; not a restart, '
-                                          'which starts at frame 0)')
+            self._fault('late', 1, f'ignored frame {packet.frame_count}, older than frame '
+                                   f'{self.session.last_frame} already here (late or reordered '
+                                   'on the way; not a restart, which starts at frame 0)')
             return
         if verdict.kind is FrameKind.DUPLICATE:
-            stats.duplicates += 1
-            self.warnings.warning('duplicate', f'{self._prefix}did not answer frame '
-                                               f'{packet.frame_count} again: its reply went out '
-                                               f'{received - self.session.replied_at:.3f} s '
-                                               'ago, too soon for SITL to resend it (a copy on '
-                                               'the way); SITL reads one reply a frame')
+            self._fault('duplicates', 1, f'did not answer frame {packet.frame_count} again: its '
+                                         f'reply went out {received - self.session.replied_at:.3f}'
+                                         ' s ago, too soon for SITL to resend it (a copy on the '
+                                         'way); SITL reads one reply a frame')
             return
         if verdict.kind is FrameKind.RESENT:
-            stats.resent += 1
-            self.warnings.warning('resent', f'{self._prefix}SITL sent frame '
-                                            f'{packet.frame_count} again: its reply was lost; '
-                                            'answered it again')
+            self._fault('resent', 1, f'SITL sent frame {packet.frame_count} again: its reply '
+                                     'was lost; answered it again')
             self._send(self.session.last_reply, received)
             return
         if verdict.lost:
-            stats.lost += verdict.lost
-            self.warnings.warning('lost', f'{self._prefix}{verdict.lost} SITL frame(s) never '
-                                          f'reached the bridge before frame '
-                                          f'{packet.frame_count}')
+            self._fault('lost', verdict.lost, f'{verdict.lost} SITL frame(s) never reached the '
+                                              f'bridge before frame {packet.frame_count}')
         if verdict.kind is FrameKind.RETRY:
             # A lock-step engine steps the frame it failed again.
             self._serve(packet, received, self._publish(packet)
@@ -273,6 +265,11 @@ class SitlLink:
                                                    f'reply failed: {error!r}')
         if answered and self.step_ahead is not None:
             self._step_ahead(packet, data)
+
+    def _fault(self, counter: str, count: int, message: str) -> None:
+        """Count a fault of the wire or of SITL's session in LinkStats; say it, rate-limited."""
+        setattr(self.stats, counter, getattr(self.stats, counter) + count)
+        self.warnings.warning(counter, self._prefix + message)
 
     def _new_session(self) -> None:
         self.session.reset()
