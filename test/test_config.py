@@ -35,6 +35,8 @@ def test_every_parameter_has_a_description_and_valid_default():
     ({'instance': 1.5}, 'instance: expected a whole number'),
     ({'port': 70000}, 'port: 70000 is above the maximum 65535'),
     ({'fresh_timeout': 'soon'}, 'fresh_timeout: expected a number'),
+    # A fleet's world holding a frame 1.1 s would answer it after SITL resent it.
+    ({'hold_timeout': 1.1}, 'hold_timeout: 1.1 is above the maximum 1'),
     ({'odometry_only': 1}, 'odometry_only: expected true or false'),
     ({'odom_topic': '/odom'}, "odom_topic: '/odom' is absolute"),
     ({'imu_mounting_rpy': [0.0, 0.0]}, 'imu_mounting_rpy: expected [roll, pitch, yaw]'),
