@@ -371,7 +371,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
         vehicle.reset()
         if args.wind or args.gust:
             vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
-    fleet = FleetWorld(vehicles, config.link.peer_timeout, config.link.instance) \
+    fleet = FleetWorld(vehicles, config.link.hold_timeout, config.link.instance) \
         if count > 1 else None
     namespaces = [f'{args.namespace_prefix}{index}' if count > 1 else ''
                   for index in range(count)]

@@ -7,6 +7,7 @@ import pathlib
 import random
 import socket
 import subprocess
+import time
 from typing import Iterator, List, Optional, Set, Tuple
 
 import pytest
@@ -130,6 +131,19 @@ def patient_config(tmp_path) -> str:
     return str(path)
 
 
+class SkippingClock:
+    """The monotonic clock, moved on by skip(): a link's wait for SITL's resend, in no time."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @pytest.fixture
 def make_link() -> Iterator:
     """
@@ -141,12 +155,12 @@ def make_link() -> Iterator:
     links: List[SitlLink] = []
 
     def make(state_settings: StateSettings = StateSettings(pacing=SAMPLES), on_frame=None,
-             logger=None,
+             logger=None, clock=time.monotonic,
              **link_settings) -> SitlLink:
         link_settings.setdefault('port', free_udp_port())
         link_settings.setdefault('fresh_timeout', 0.2)
         link = SitlLink(LinkSettings(**link_settings), SensorState(state_settings), on_frame,
-                        logger)
+                        logger, clock=clock)
         link.start()
         links.append(link)
         return link

@@ -38,6 +38,8 @@ def test_every_parameter_has_a_description_and_valid_default():
     ({'instance': 5654}, 'instance: 5654 is above the maximum 5653'),
     ({'port': 70000}, 'port: 70000 is above the maximum 65535'),
     ({'fresh_timeout': 'soon'}, 'fresh_timeout: expected a number'),
+    # A fleet's world holding a frame 1.1 s would answer it after SITL resent it.
+    ({'hold_timeout': 1.1}, 'hold_timeout: 1.1 is above the maximum 1'),
     ({'odometry_only': 1}, 'odometry_only: expected true or false'),
     ({'imu_mounting_rpy': [0.0, 0.0]}, 'imu_mounting_rpy: expected [roll, pitch, yaw]'),
     ({'odom_twist_frame': 'body'}, "odom_twist_frame: 'body' is not one of child, world"),

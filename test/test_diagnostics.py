@@ -34,6 +34,21 @@ def test_connected_rate_and_stalled():
     assert status.level is Level.ERROR and 'stalled' in status.message
 
 
+def test_wire_faults_are_shown_and_warn_while_they_grow():
+    watcher, stats = monitor(), LinkStats()
+    stats.last_packet, stats.replied = 1.0, 100
+    assert watcher.link_status(stats, 1.0).level is Level.OK
+    stats.late, stats.duplicates, stats.lost, stats.strangers, stats.resent = 2, 1, 3, 4, 5
+    status = watcher.link_status(stats, 1.5)
+    assert status.level is Level.WARN
+    assert status.message == ('connected; since the last report the wire or SITL gave 2 late, '
+                              '1 duplicates, 5 resent, 3 lost, 4 strangers frame(s): see the log')
+    assert {k: status.values[k] for k in ('late', 'duplicates', 'resent', 'lost', 'strangers')} \
+        == {'late': '2', 'duplicates': '1', 'resent': '5', 'lost': '3', 'strangers': '4'}
+    stats.replied = 200
+    assert watcher.link_status(stats, 2.0).level is Level.OK
+
+
 def test_unanswered_frames_warn_once():
     watcher, stats = monitor(), LinkStats()
     stats.last_packet = 1.0

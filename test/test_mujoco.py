@@ -415,7 +415,7 @@ def test_reply_first_recovers_from_one_failed_step_at_the_next_frame(caplog, fai
     link = serving_link(source, state, fresh_timeout=0.2)
     peer = SitlPeer(link.address[1])
     try:
-        replies = peer.lock_step(40, [1700] * 4 + [1000] * 12, timeout=60.0, wait=1.0)
+        replies = peer.lock_step(40, [1700] * 4 + [1000] * 12, timeout=60.0)
     finally:
         peer.close()
         link.stop()
@@ -562,7 +562,7 @@ def test_the_mujoco_command_records_until_it_is_stopped(tmp_path):
                                  text=True)) as process:
         peer = SitlPeer(port)
         try:
-            replies = peer.lock_step(600, [1600] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            replies = peer.lock_step(600, [1600] * 4 + [1000] * 12, timeout=30.0)
         finally:
             peer.close()
         process.send_signal(signal.SIGINT)

@@ -238,7 +238,7 @@ def test_a_backlog_raised_while_running_is_applied_by_the_link_process(harness):
             time.sleep(0.002)
         while peer.receive(0.5) is not None:
             pass                             # replies to frame 0 sent again while it waited
-        replies = peer.lock_step(5, timeout=10.0, wait=0.3)
+        replies = peer.lock_step(5, timeout=10.0)
     finally:
         peer.close()
     assert len(replies) == 5, node.link.stats.summary()

@@ -150,7 +150,7 @@ def test_the_node_process_end_to_end(stop_signal):
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port)) as node:
-            replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0)
             assert len(replies) == 200, node.stdout.read() if node.poll() is not None else ''
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
             assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
@@ -195,7 +195,7 @@ def test_a_node_on_the_wall_clock_names_the_simulated_stamps():
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port, sim_time=False)) as node:
-            assert len(peer.lock_step(50, [1500] * 16, timeout=30.0, wait=0.5)) == 50
+            assert len(peer.lock_step(50, [1500] * 16, timeout=30.0)) == 50
             assert wait_for(lambda: 'gravity' in conventions_values(simulator, 'uav1'),
                             timeout=20.0)
             check = conventions_values(simulator, 'uav1')['time: stamps against the clock']
@@ -218,7 +218,7 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
                 reaped(start_node('uav2', ports['uav2'])) as second:
             for ns, peer in peers.items():
                 pwm = [pwms[ns]] * 4 + [1000] * 12
-                replies = peer.lock_step(100, pwm, timeout=30.0, wait=0.5)
+                replies = peer.lock_step(100, pwm, timeout=30.0)
                 assert len(replies) == 100
                 assert {r['position'][1] for r in replies} == {easts[ns]}
             for ns in peers:
@@ -297,8 +297,7 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
     try:
         with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)) as node:
-            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0,
-                                     wait=0.5)
+            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0)
             assert len(replies) == 100
             assert wait_for(lambda: received)
             node.send_signal(signal.SIGTERM)
@@ -338,10 +337,10 @@ def test_odometry_on_the_wall_clock_is_one_error_and_replies_resume_on_the_imus_
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port)) as node:
-            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0)) == 20
             simulator.odometry_on_wall_clock = True
             drain(peer)
-            assert peer.lock_step(1, [1500] * 16, timeout=3.0, wait=0.5) == []
+            assert peer.lock_step(1, [1500] * 16, timeout=3.0) == []
 
             def odometry_errors():
                 return [s for s in statuses_of(simulator, 'uav1/json_sitl_bridge: input odometry')
@@ -352,7 +351,7 @@ def test_odometry_on_the_wall_clock_is_one_error_and_replies_resume_on_the_imus_
             assert 'wall-clock time' in message and 'IMU' in message, message
             assert 'use_sim_time:=true' in message, message
             simulator.odometry_on_wall_clock = False
-            replies = peer.lock_step(20, [1500] * 16, timeout=10.0, wait=0.5)
+            replies = peer.lock_step(20, [1500] * 16, timeout=10.0)
             assert len(replies) == 20
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))
             node.send_signal(signal.SIGTERM)
@@ -373,13 +372,13 @@ def test_a_simulator_that_resets_its_clock_mid_flight_is_followed_and_named():
     try:
         # A patient SITL: a peer in Python may lag the simulator, and must not skip ahead here.
         with reaped(start_node('uav1', port, True, 'max_backlog:=10.0')) as node:
-            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0)) == 20
             drain(peer)     # replies to the first frame, sent again while the node started
-            replies = peer.lock_step(200, [1500] * 16, timeout=30.0, wait=2.0)
+            replies = peer.lock_step(200, [1500] * 16, timeout=30.0)
             # The clock goes back while the peer steps on, so while a frame waits for physics.
             jump = threading.Timer(0.1, simulator.jump_back, args=(15.0,))
             jump.start()
-            replies += peer.lock_step(600, [1500] * 16, timeout=30.0, wait=2.0)
+            replies += peer.lock_step(600, [1500] * 16, timeout=30.0)
             jump.join()
             assert wait_for(lambda: simulator.jumps == 1)
             node.send_signal(signal.SIGTERM)

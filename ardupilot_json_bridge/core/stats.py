@@ -101,7 +101,15 @@ class LinkStats:
     new_frames: int = 0
     # New frames answered on arrival with a reply encoded ahead (a lock-step engine's guess).
     answered_on_arrival: int = 0
+    # Faults of the wire and of SITL's session, each counted apart:
+    # late: a lower frame_count that is no restart (late or reordered), not answered;
+    # duplicates: a repeat of the frame answered, too soon to be SITL's resend, not answered;
+    # resent: SITL's resend of the frame answered (its reply was lost), answered again;
+    # lost: frame_count gaps (frames SITL sent that never arrived; a reordered one counts too);
+    # strangers: servo packets from another address while the link is locked to its SITL.
+    late: int = 0
     duplicates: int = 0
+    resent: int = 0
     lost: int = 0
     restarts: int = 0
     rejected: int = 0
@@ -120,7 +128,7 @@ class LinkStats:
         return {
             'received': self.received, 'replied': self.replied,
             'new_frames': self.new_frames, 'answered_on_arrival': self.answered_on_arrival,
-            'duplicates': self.duplicates,
+            'late': self.late, 'duplicates': self.duplicates, 'resent': self.resent,
             'lost': self.lost, 'restarts': self.restarts, 'rejected': self.rejected,
             'strangers': self.strangers, 'unanswered': self.unanswered,
             'skipped': self.skipped,

@@ -14,6 +14,8 @@ from ardupilot_json_bridge.core.settings import LinkSettings
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0
+# LinkStats' counters of faults on the wire and in SITL's session, as /diagnostics names them.
+WIRE_FAULTS = ('late', 'duplicates', 'resent', 'lost', 'strangers')
 STALE_INPUT_AFTER = 1.0
 
 
@@ -49,6 +51,7 @@ class BridgeMonitor:
         self.mandatory = set(mandatory)
         self._replied = 0
         self._unanswered = 0
+        self._faults = {name: 0 for name in WIRE_FAULTS}
         self._rejected: Dict[str, int] = {}
         self._left_out: Dict[str, int] = {}
         self._input_unanswered: Dict[str, int] = {}
@@ -81,13 +84,18 @@ class BridgeMonitor:
         elapsed = None if self._last_time is None else now - self._last_time
         rate = 0.0 if not elapsed else (stats.replied - self._replied) / elapsed
         newly_unanswered = stats.unanswered - self._unanswered
+        faults = {name: getattr(stats, name) for name in WIRE_FAULTS}
+        new_faults = [f'{faults[name] - self._faults[name]} {name}' for name in WIRE_FAULTS
+                      if faults[name] > self._faults[name]]
+        self._faults = faults
         self._replied, self._unanswered, self._last_time = stats.replied, stats.unanswered, now
         values = {
             'port': str(self.settings.listen_port), 'instance': str(self.settings.instance),
             'sitl_address': 'none' if stats.peer is None else f'{stats.peer[0]}:{stats.peer[1]}',
             'channels': str(stats.channel_count), 'frame_rate_hz': f'{rate:.1f}',
             'sitl_rate_hz': str(stats.frame_rate_hint),
-            'replied': str(stats.replied), 'duplicates': str(stats.duplicates),
+            'replied': str(stats.replied), 'late': str(stats.late),
+            'duplicates': str(stats.duplicates), 'resent': str(stats.resent),
             'lost': str(stats.lost), 'restarts': str(stats.restarts),
             'unanswered': str(stats.unanswered), 'skipped': str(stats.skipped),
             'rejected_datagrams': str(stats.rejected), 'strangers': str(stats.strangers),
@@ -109,6 +117,10 @@ class BridgeMonitor:
         if newly_unanswered:
             return Status(Level.WARN, name, f'connected, but {newly_unanswered} frame(s) went '
                                             'unanswered: see the inputs', values)
+        if new_faults:
+            return Status(Level.WARN, name, f'connected; since the last report the wire or '
+                                            f'SITL gave {", ".join(new_faults)} frame(s): see '
+                                            'the log', values)
         return Status(Level.OK, name, f'connected, {rate:.0f} frames/s', values)
 
     def input_status(self, meter: InputMeter, now: float) -> Status:

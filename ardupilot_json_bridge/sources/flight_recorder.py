@@ -53,6 +53,10 @@ class FlightRecorder:
         self.failed: Optional[str] = None
         self._prefixes = tuple(f'/{ns.strip("/")}' if ns.strip('/') else '' for ns in namespaces)
         self._counts = [0] * len(self._prefixes)
+        # /clock once a world step, from whichever vehicle records it first (a fleet's world
+        # steps once for all, each vehicle's frame recorded before the next step): the clock
+        # runs on while any vehicle flies, vehicle 0's SITL away or not.
+        self._clock_time: Optional[float] = None
         # A fleet's link threads add frames side by side.
         self._lock = threading.Lock()
         self._store = typestore('jazzy')
@@ -110,7 +114,8 @@ class FlightRecorder:
         t = state.time
         log_time = round(t * 1e9)
         prefix = self._prefixes[vehicle]
-        if vehicle == 0:
+        if t != self._clock_time:
+            self._clock_time = t
             yield CLOCK_TOPIC, CLOCK_TYPE, log_time, encode_clock(t)
         yield prefix + IMU_TOPIC, IMU_TYPE, log_time, encode_imu(
             t, self.child_frame_id, state.orientation, state.body_rates, state.specific_force)

@@ -54,7 +54,7 @@ def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path
                       f'params_file:={parameters_file(tmp_path)}')
     try:
         assert launched.wait_for_text('listening on UDP', 60), launched.output
-        replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+        replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0)
         assert len(replies) == 200, launched.output[-2000:]
         assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
         assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
@@ -77,7 +77,7 @@ def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path
         invalid = ros2('param', 'set', node, 'fresh_timeout', '-1.0').stdout
         assert 'Setting parameter failed' in invalid and 'fresh_timeout' in invalid, invalid
         # The node still serves after all that.
-        assert len(peer.lock_step(50, [1500] * 16, timeout=20.0, wait=0.5)) == 50
+        assert len(peer.lock_step(50, [1500] * 16, timeout=20.0)) == 50
         print(f'ros2 param set instance 7: {refused.strip()}; fresh_timeout -1.0: '
               f'{invalid.strip()}')
     finally:
@@ -99,7 +99,7 @@ def test_fleet_launch_three_namespaces_each_on_its_own_port(simulator, tmp_path)
     try:
         assert launched.wait_for_text('listening on UDP', 60, count=3), launched.output
         for ns, peer in peers.items():
-            replies = peer.lock_step(100, [pwms[ns]] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            replies = peer.lock_step(100, [pwms[ns]] * 4 + [1000] * 12, timeout=30.0)
             assert len(replies) == 100, (ns, launched.output[-2000:])
             assert {reply['position'][1] for reply in replies} == {easts[ns]}, ns
         for ns in namespaces:
@@ -214,7 +214,7 @@ def test_the_readmes_other_engine_commands_serve_sitl(start, simulator, tmp_path
     started = Running(['bash', '-c', f'exec {line}'])
     try:
         assert started.wait_for_text('listening on UDP', 60), started.output
-        replies = peer.lock_step(100, [1500] * 16, timeout=30.0, wait=0.5)
+        replies = peer.lock_step(100, [1500] * 16, timeout=30.0)
         assert len(replies) == 100, started.output[-2000:]
         assert replies[-1]['position'] == pytest.approx((0.0, 2.0, 0.0))
         if 'rover.yaml' in line:

@@ -324,7 +324,7 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         assert launched.wait_for_text('listening on UDP', 60), launched.output
         # Three seconds of the takeoff, or, looping over three seconds, more than two rounds.
         frames = 1200 * (7 if loop else 3)
-        replies = peer.lock_step(frames, [1000] * 16, timeout=60.0, wait=0.5)
+        replies = peer.lock_step(frames, [1000] * 16, timeout=60.0)
     finally:
         peer.close()
         player.interrupt()
@@ -369,7 +369,7 @@ def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight, st
                       str(instance)])
     try:
         assert replay.wait_for_text('listening on UDP', 30), replay.output
-        replies = peer.lock_step(2000, [1000] * 16, timeout=60.0, wait=0.5)
+        replies = peer.lock_step(2000, [1000] * 16, timeout=60.0)
     finally:
         peer.close()
         replay.interrupt()
