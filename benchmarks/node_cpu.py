@@ -12,7 +12,6 @@ reads SITL's own figures from its dataflash log: gyro sample rate (IMU.GHz) and 
 """
 
 import argparse
-import glob
 import json
 import os
 import random
@@ -25,26 +24,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, os.path.join(ROOT, 'test'))
 
-from proc_stats import cpu_seconds  # noqa: E402
+from proc_stats import children, tree_cpu_seconds  # noqa: E402
 import sitl_flight  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'config', 'mujoco_quad_x.yaml')
 INSTANCE = 4
-
-
-def children(pid: int) -> List[int]:
-    """Return the direct children of pid, from /proc."""
-    found = []
-    for task in glob.glob(f'/proc/{pid}/task/*/children'):
-        with open(task) as stream:
-            found += [int(child) for child in stream.read().split()]
-    return found
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of pid and its descendants (those still running)."""
-    own = cpu_seconds(pid) or 0.0
-    return own + sum(tree_cpu_seconds(child) for child in children(pid))
 
 
 def bridge_command(*arguments: str) -> List[str]:
