@@ -182,15 +182,16 @@ class SitlPeer:
     A UDP client that speaks to the bridge as SITL instance does, from its own port.
 
     With a SitlFrameRate, its packets carry the frame rate SITL would derive from the replies
-    stepped so far; without, always 1200.
+    stepped so far; without, always 1200. It sends from source (by default the bridge's own
+    address: the same host), as SITL on another host sends from its own.
     """
 
     def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16,
-                 clock: Optional[SitlFrameRate] = None) -> None:
+                 clock: Optional[SitlFrameRate] = None, source: Optional[str] = None) -> None:
         self.target = (host, port)
         self.channels = channels
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((host, 0))
+        self.sock.bind((source or host, 0))
         self.frame_count = 0
         self.clock = clock
 
