@@ -38,6 +38,7 @@ ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, os.path.join(ROOT, 'test'))
 
 from proc_stats import tree_cpu_seconds, tree_rss_bytes  # noqa: E402
+from ros_diagnostics import DiagnosticsWatch  # noqa: E402
 import sitl_flight  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'config', 'mujoco_quad_x.yaml')
@@ -45,8 +46,6 @@ STATS_MARK = 'LONG_FLIGHT_STATS '
 STATS_PERIOD = 10.0
 # The start of a log line at warning level or worse: Python's logging (the engine) or rclpy's.
 WARNING_LINE = re.compile(r'^\[(WARN|WARNING|ERROR|FATAL|CRITICAL)\]|Traceback')
-# The link counters printed each minute, when present (any others the link adds print too).
-LINK_STATUS = ': SITL link'
 
 
 def serve_engine(instance: int) -> int:
@@ -75,37 +74,6 @@ def serve_engine(instance: int) -> int:
 
     threading.Thread(target=report, daemon=True).start()
     return cli.main(['mujoco', '--instance', str(instance)])
-
-
-class DiagnosticsWatch:
-    """The latest values of the node's SITL link status, from /diagnostics."""
-
-    def __init__(self, prefix: str) -> None:
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
-        self.prefix = prefix
-        self.values: Dict[str, str] = {}
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node('long_flight_watch', context=self.context)
-        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_array, 10)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
-
-    def _on_array(self, array) -> None:
-        for status in array.status:
-            if status.name == self.prefix + LINK_STATUS:
-                self.values = {pair.key: pair.value for pair in status.values}
-
-    def close(self) -> None:
-        import rclpy
-        self.executor.shutdown()
-        self.thread.join(5.0)
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 class Bridge:
@@ -137,7 +105,7 @@ class Bridge:
                                                     stderr=subprocess.STDOUT, text=True)
 
     def pid(self) -> int:
-        """The bridge's own process: the engine, or the node (its link process is a child)."""
+        """Return the bridge's own process: the engine, or the node (its link is a child)."""
         return self.processes['engine' if self.mode == 'engine' else 'node'].pid
 
     def cpu_seconds(self) -> Dict[str, float]:
@@ -151,7 +119,7 @@ class Bridge:
             return stream.read()
 
     def link(self) -> Dict[str, object]:
-        """The link's latest counters: the engine's summary or the node's diagnostics values."""
+        """Return the link's latest counters: the engine's summary or the node's diagnostics."""
         if self.watch is not None:
             return dict(self.watch.values)
         lines = [line for line in self.output('engine').splitlines()
@@ -200,7 +168,7 @@ def slope(points: Sequence[Tuple[float, float]]) -> Optional[float]:
 
 
 def counters_line(values: Dict[str, object]) -> str:
-    """The link's counters in one line, latency and addresses left out."""
+    """Return the link's counters in one line, latency and addresses left out."""
     kept = {key: value for key, value in values.items()
             if not key.startswith('latency') and key not in ('peer', 'sitl_address', 'port')}
     return ', '.join(f'{key} {value}' for key, value in kept.items()) or 'none yet'

@@ -59,9 +59,13 @@ def stopped(process: subprocess.Popen) -> str:
 
 
 def peer_on(host: netns_hosts.Host, bridge: netns_hosts.Host, instance: int) -> SitlPeer:
-    """A SITL stand-in on host, sending from its own address to the bridge's SITL port."""
-    return netns_hosts.on_host(host, lambda: SitlPeer(sitl_port(instance), bridge.address,
-                                                      source=host.address))
+    """Return a SITL stand-in on host, sending from its own address to the bridge's SITL port."""
+    def made() -> SitlPeer:
+        peer = SitlPeer(sitl_port(instance), host.address)   # bound to its own address
+        peer.target = (bridge.address, sitl_port(instance))
+        return peer
+
+    return netns_hosts.on_host(host, made)
 
 
 def test_the_network_has_its_addresses_inside_its_namespaces_only(network):
