@@ -35,16 +35,6 @@ def bridge_command(*arguments: str) -> List[str]:
     return [sys.executable, '-m', 'ardupilot_json_bridge.cli', *arguments]
 
 
-def stopped(process: subprocess.Popen) -> str:
-    """Terminate a process (kill it if it will not go) and return its output."""
-    process.terminate()
-    try:
-        return process.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.communicate()[0] + '\n(did not stop on SIGTERM: killed)'
-
-
 def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) -> Dict:
     # The caller's domain, else one of its own: another run on the machine must not be heard.
     environment = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
@@ -78,7 +68,8 @@ def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) ->
             gyro_rate, loop_rate, long_loops = sitl.figures()
             sitl_log = sitl.log()
     finally:
-        outputs = {name: stopped(processes[name]) for name in ('bare', 'node', 'mujoco_sim')}
+        outputs = {name: sitl_flight.stopped(processes[name])
+                   for name in ('bare', 'node', 'mujoco_sim')}
     report = json.loads(outputs['bare'].strip().splitlines()[-1])
     return {'cpu': cpu, 'gyro_rate': gyro_rate, 'loop_rate': loop_rate,
             'long_loops': long_loops, 'bare': report,

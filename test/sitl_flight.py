@@ -63,6 +63,16 @@ def json_sitl_command(binary: str, instance: int, speedup: float, defaults: str,
             '--serial0', 'tcp:0', '--defaults', defaults, '--wipe']
 
 
+def stopped(process: subprocess.Popen) -> str:
+    """Terminate a process (kill it if it will not go) and return its output."""
+    process.terminate()
+    try:
+        return process.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()[0] + '\n(did not stop on SIGTERM: killed)'
+
+
 class Sitl:
     """
     ArduCopter SITL against a JSON backend (on 127.0.0.1 unless told), in a scratch folder.

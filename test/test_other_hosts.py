@@ -48,14 +48,14 @@ def started(command: List[str]) -> subprocess.Popen:
                             text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
 
 
-def stopped(process: subprocess.Popen) -> str:
-    """Stop a bridge process as Ctrl-C does and return all it printed."""
-    process.terminate()
-    try:
-        return process.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.communicate()[0] + '\n(did not stop on SIGTERM: killed)'
+def check_hover(record: sitl_flight.FlightRecord, log: str, bridge_output: str) -> None:
+    """Assert that SITL took off, hovered HOLD s within 0.5 m of HEIGHT and landed."""
+    tail = sitl_flight.tail
+    assert record.armed and record.reached, (
+        f'SITL said {record.texts[-15:]}\nbridge: {tail(bridge_output)}\nSITL: {tail(log)}')
+    assert record.sim_seconds >= HOLD
+    assert record.worst_hover_error(HEIGHT) < 0.5, record.hover[-5:]
+    assert record.landed, record.texts[-15:]
 
 
 def peer_on(host: netns_hosts.Host, bridge: netns_hosts.Host, instance: int) -> SitlPeer:
@@ -88,7 +88,7 @@ def test_the_engine_bound_to_its_host_answers_sitl_at_sitls_own_address_and_port
             sender = peer.address
         finally:
             peer.close()
-        output = stopped(engine)
+        output = sitl_flight.stopped(engine)
     assert len(replies) == 20, output
     # Each reply came from the engine's address to the peer's own (receive() keeps only those)
     # and stepped physics: 20 frames at 1200 Hz.
@@ -107,7 +107,7 @@ def test_the_engine_on_its_default_address_is_not_reached_from_another_host(netw
             reply = peer.receive(3.0)
         finally:
             peer.close()
-        output = stopped(engine)
+        output = sitl_flight.stopped(engine)
     assert reply is None, parse_reply(reply)
     assert 'received 0' in output, output
 
@@ -124,13 +124,9 @@ def test_real_arducopter_on_another_host_hovers_on_the_lock_step_engine(network)
                 sitl, HEIGHT, HOLD, lambda: 0.0,
                 connect=lambda s: netns_hosts.on_host(sitl_host, lambda: sitl_flight.Flight(s)))
             log = sitl.log()
-        output = stopped(engine)
+        output = sitl_flight.stopped(engine)
     tail = sitl_flight.tail
-    assert record.armed and record.reached, (
-        f'SITL said {record.texts[-15:]}\nengine: {tail(output)}\nSITL: {tail(log)}')
-    assert record.sim_seconds >= HOLD
-    assert record.worst_hover_error(HEIGHT) < 0.5, record.hover[-5:]
-    assert record.landed, record.texts[-15:]
+    check_hover(record, log, output)
     assert f'peer {sitl_host.address}:' in output, tail(output)
     assert 'Traceback' not in output, tail(output)
     print(f'\nSITL on {sitl_host.address}, engine on {bridge.address}: hover error '
@@ -158,14 +154,10 @@ def test_real_arducopter_on_another_host_hovers_on_the_node(network):
                 timeout=sitl_flight.FLIGHT_TIMEOUT / sitl_flight.REAL_TIME_FACTOR,
                 connect=lambda s: netns_hosts.on_host(sitl_host, lambda: sitl_flight.Flight(s)))
             log = sitl.log()
-        node_output = stopped(node)
-        sim_output = stopped(sim)
+        node_output = sitl_flight.stopped(node)
+        sim_output = sitl_flight.stopped(sim)
     tail = sitl_flight.tail
-    assert record.armed and record.reached, (
-        f'SITL said {record.texts[-15:]}\nnode: {tail(node_output)}\nSITL: {tail(log)}')
-    assert record.sim_seconds >= HOLD
-    assert record.worst_hover_error(HEIGHT) < 0.5, record.hover[-5:]
-    assert record.landed, record.texts[-15:]
+    check_hover(record, log, node_output)
     assert f'listening on UDP {ros.address}:{sitl_port(instance)}' in node_output, \
         tail(node_output)
     assert f'SITL connected from {sitl_host.address}:' in node_output, tail(node_output)
