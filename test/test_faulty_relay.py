@@ -16,12 +16,12 @@ REPLY = '\n{{"timestamp":{0!r},"imu":{{"gyro":[0,0,0],"accel_body":[0,0,-9.8]}},
 
 
 def frame(count: int, copy: bool = False) -> tuple:
-    """A servo packet handed to the bridge (copy: the wire's second copy of one)."""
+    """Return a servo packet handed to the bridge (copy: the wire's second copy of one)."""
     return ('frame', count, copy)
 
 
 def reply(timestamp: float) -> tuple:
-    """A reply the bridge sent."""
+    """Return a reply the bridge sent."""
     return ('reply', timestamp, False)
 
 

@@ -44,7 +44,7 @@ needs_sitl = pytest.mark.skipif(
 
 
 def relay_for(instance: int, bridge_port: int) -> FaultyRelay:
-    """The faulty wire from SITL instance's port to the bridge's."""
+    """Return the faulty wire from SITL instance's port to the bridge's."""
     return FaultyRelay(('127.0.0.1', sitl_port(instance)), ('127.0.0.1', bridge_port),
                        seed=SEED, delay=0.002, jitter=0.001, loss=0.01, duplication=0.01)
 
