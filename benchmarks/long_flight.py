@@ -193,7 +193,7 @@ def hover(args: argparse.Namespace, bridge: Bridge, sitl: sitl_flight.Sitl) -> i
         before_hover = len(bridge.warnings())
         hover_started = time.monotonic()
         cpu_before, sitl_before = bridge.cpu_seconds(), tree_cpu_seconds(sitl.process.pid)
-        boot_before = flight.boot_ms
+        boot_before, texts_before = flight.boot_ms, len(flight.record.texts)
         worst_ever = 0.0
         for minute in range(1, int(round(args.minutes)) + 1):
             worst = 0.0
@@ -216,7 +216,12 @@ def hover(args: argparse.Namespace, bridge: Bridge, sitl: sitl_flight.Sitl) -> i
                 f'{(flight.boot_ms - boot_before) / 1000.0:.1f} s this minute; worst hover '
                 f'error {worst:.3f} m; warnings {len(bridge.warnings()) - before_hover}; link: '
                 f'{counters_line(bridge.link())}', flush=True)
+            said = flight.record.texts[texts_before:]
+            if said:   # an EKF failsafe, a mode change: why a hover error grew
+                print(f'  SITL said: {" | ".join(said)}; armed: {flight.mav.motors_armed()}',
+                      flush=True)
             cpu_before, sitl_before, boot_before = cpu, sitl_cpu, flight.boot_ms
+            texts_before = len(flight.record.texts)
         flight.set_mode('LAND')
         landed = flight.wait(lambda: not flight.mav.motors_armed(), timeout / 4)
     finally:
