@@ -193,15 +193,16 @@ class SitlPeer:
     It reads one datagram a frame, and resends a frame every RESEND_INTERVAL without one.
 
     With a SitlFrameRate, its packets carry the frame rate SITL would derive from the replies
-    stepped so far; without, always rate (1200 unless set).
+    stepped so far; without, always rate (1200 unless set). It sends from source (by default
+    the bridge's own address: the same host), as SITL on another host sends from its own.
     """
 
     def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16,
-                 clock: Optional[SitlFrameRate] = None) -> None:
+                 clock: Optional[SitlFrameRate] = None, source: Optional[str] = None) -> None:
         self.target = (host, port)
         self.channels = channels
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((host, 0))
+        self.sock.bind((source or host, 0))
         self.frame_count = 0
         self.clock = clock
         self.resends = 0

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import types
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 import pytest
@@ -608,14 +608,16 @@ def test_reply_first_is_refused_for_a_fleet_before_anything_starts(caplog):
 @contextmanager
 def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                      recording: Optional[str] = None, reply_first: bool = False,
-                     step_ahead: bool = False) -> Iterator[Callable[[], float]]:
+                     step_ahead: bool = False, port: int = 0,
+                     served: Optional[List[SitlLink]] = None) -> Iterator[Callable[[], float]]:
     """
     Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start.
 
     Reply-first steps after each reply, wired as the mujoco command wires it; so does
-    stepping ahead (the command's default).
+    stepping ahead (the command's default). port: listen there, not on the instance's port;
+    served, a list, gets the link (for its counters).
     """
-    config = load_config(default_preset(), '', {'port': 0, 'instance': instance})
+    config = load_config(default_preset(), '', {'port': port, 'instance': instance})
     vehicle = MujocoVehicle()
     state = SensorState(StateSettings(pacing=SAMPLES))
     source = MujocoLockStep(vehicle, state, config.outputs[0], checker=checker,
@@ -625,6 +627,8 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                     after_reply=source.after_reply if reply_first or step_ahead else None,
                     step_ahead=source.step_ahead if step_ahead else None)
     link.start()
+    if served is not None:
+        served.append(link)
     start = vehicle.state().position[2]
     try:
         yield lambda: vehicle.state().position[2] - start
