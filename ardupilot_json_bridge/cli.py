@@ -4,7 +4,6 @@ import argparse
 from dataclasses import asdict, replace
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from ardupilot_json_bridge.config import (
     load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
 from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
@@ -507,8 +507,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_ros_node(args.command, ros_arguments)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
+    signals = Wakeup()
+    signals.watch(stop)
     try:
         check_options(args)
         if args.command == 'fdmdata':
@@ -524,6 +524,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except LinkError as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))
         return 1
+    finally:
+        signals.close(restore_handlers=True)
 
 
 if __name__ == '__main__':

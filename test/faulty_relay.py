@@ -11,6 +11,13 @@ dropped, with probability duplication a second copy follows up to REORDER_HOLD l
 it lands after datagrams sent behind it (reordering). The kernels here have no netem, hence
 this.
 
+reply_duplication (the duplication of the bridge's replies to SITL; by default the same) can be
+set apart, because a copy of a reply is a fault SITL itself cannot survive: it reads one
+datagram a frame and matches no reply to its frame (SIM_JSON.cpp recv_fdm), so it takes the
+copy as the next frame's reply, and every reply after it one frame late, for good; a copy
+landing behind a later reply reads as time going back ("Detected physics reset"). No backend
+can undo that on its side of the wire.
+
 It records every servo packet it hands the bridge (its frame count) and every reply the bridge
 sends (its timestamp), in the order it saw them; wrong_answers() reads that record as SITL
 would need it answered (see there).
@@ -57,9 +64,12 @@ class FaultyRelay:
     """A seeded faulty UDP relay: listen is where SITL sends, bridge where the bridge listens."""
 
     def __init__(self, listen: Address, bridge: Address, seed: int, delay: float = 0.002,
-                 jitter: float = 0.001, loss: float = 0.01, duplication: float = 0.01) -> None:
+                 jitter: float = 0.001, loss: float = 0.01, duplication: float = 0.01,
+                 reply_duplication: Optional[float] = None) -> None:
         self.bridge = bridge
-        self.delay, self.jitter, self.loss, self.duplication = delay, jitter, loss, duplication
+        self.delay, self.jitter, self.loss = delay, jitter, loss
+        self.duplication = {'to_bridge': duplication, 'to_sitl': duplication
+                            if reply_duplication is None else reply_duplication}
         self.random = random.Random(seed)
         self.sitl_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sitl_side.bind(listen)
@@ -106,7 +116,7 @@ class FaultyRelay:
             now = time.monotonic()
             due = now + self.delay + self.random.uniform(-self.jitter, self.jitter)
             heapq.heappush(self._queue, (due, sequence, way, data, False))
-            if self.random.random() < self.duplication:
+            if self.random.random() < self.duplication[way]:
                 faults.duplicated += 1
                 late = due + self.random.uniform(0.0, REORDER_HOLD)
                 heapq.heappush(self._queue, (late, sequence, way, data, True))

@@ -2,9 +2,13 @@
 Real ArduCopter hovers through a faulty wire: the lock-step engine and the node (issue 33).
 
 The tests' relay (faulty_relay) sits between SITL and the bridge, both directions: each
-datagram delayed 2 ms +- 1 ms, 1 % lost, 1 % doubled with the copy up to 10 ms late (so it
-lands after later ones: reordered), seeded. SITL sends to its own port (9002 + 10 N), where
-the relay listens; the bridge listens on a port of its own. The relay records the bridge's
+datagram delayed 2 ms +- 1 ms and 1 % lost; 1 % of SITL's packets doubled with the copy up to
+10 ms late (so it lands after later ones: reordered), seeded. The bridge's replies are not
+doubled: SITL takes a copy of a reply as the next frame's reply and is one frame late from then
+on, whatever the backend does (faulty_relay's docstring); with replies doubled too, SITL
+logged "Detected physics reset" 120 times in its first 7 minutes and did not take off. SITL
+sends to its own port (9002 + 10 N), where the relay listens; the bridge listens on a port of
+its own. The relay records the bridge's
 side of the wire and judges each reply as SITL would need it (wrong_answers).
 
 Which assertions need the link's fix of issue 33 item 1 (branch link, commit 4b7010f): no
@@ -48,14 +52,15 @@ needs_sitl = pytest.mark.skipif(
 def relay_for(instance: int, bridge_port: int) -> FaultyRelay:
     """Return the faulty wire from SITL instance's port to the bridge's."""
     return FaultyRelay(('127.0.0.1', sitl_port(instance)), ('127.0.0.1', bridge_port),
-                       seed=SEED, delay=0.002, jitter=0.001, loss=0.01, duplication=0.01)
+                       seed=SEED, delay=0.002, jitter=0.001, loss=0.01, duplication=0.01,
+                       reply_duplication=0.0)
 
 
 def check_wire(relay: FaultyRelay) -> str:
     """Assert that the wire did each of its faults; return them in a line."""
     to_bridge, to_sitl = relay.faults['to_bridge'], relay.faults['to_sitl']
     assert to_bridge.lost and to_sitl.lost, (to_bridge, to_sitl)
-    assert to_bridge.duplicated and to_sitl.duplicated, (to_bridge, to_sitl)
+    assert to_bridge.duplicated and not to_sitl.duplicated, (to_bridge, to_sitl)
     assert to_bridge.reordered, to_bridge
     return (f'to the bridge {to_bridge.passed} passed, {to_bridge.lost} lost, '
             f'{to_bridge.duplicated} doubled, {to_bridge.reordered} reordered; to SITL '

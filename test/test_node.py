@@ -401,6 +401,8 @@ def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
     (['-p', 'instance:=5654'], 'out of range'),
     (['-p', 'odom_topic:=bad topic'], 'Invalid topic name'),
     (['-p', 'port:=PORT'], 'is already in use'),
+    # rcl refusing its arguments in rclpy.init: an RCLError traceback.
+    (['--params-file', '/nonexistent/quad_x.yaml'], "Couldn't parse params file"),
 ])
 def test_bad_start_is_one_fatal_line_and_exit_1(arguments, message):
     import socket

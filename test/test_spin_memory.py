@@ -11,7 +11,8 @@ rclpy = pytest.importorskip('rclpy', reason='needs ROS 2 (Humble or Jazzy) sourc
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402, I100, I202
 from rclpy.task import Future  # noqa: E402
 
-from ardupilot_json_bridge.ros.node import spin_until_shutdown, Wakeup  # noqa: E402
+from ardupilot_json_bridge.core.wakeup import Wakeup  # noqa: E402
+from ardupilot_json_bridge.ros.node import spin_until_shutdown  # noqa: E402
 
 # Timer callbacks between the two measurements; rclpy's spin_until_future_complete added a
 # done-callback (a lambda, about 100 bytes) to the future at each, so 3000 held ~300 kB.

@@ -28,6 +28,7 @@ from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -71,7 +72,7 @@ class MujocoSim(Node):
     def _numbers(self, name: str, default: List[float]) -> List[float]:
         """Declare a list of numbers that may be integers (wind:=[5, 0, 0]) and return it."""
         value = self.declare_parameter(name, default, NUMBER).value
-        if isinstance(value, (str, bytes, bool)):
+        if isinstance(value, (str, bytes, bool)) or not isinstance(value, Sequence):
             raise ValueError(f'{name}: {value!r} is not a list of numbers')
         return [check_number(f'{name}[{index}]', v) for index, v in enumerate(value)]
 
@@ -309,7 +310,8 @@ def command_groups(preset: Optional[str], command_type: str,
 
 
 def main(args: Optional[List[str]] = None) -> int:
-    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError), args)
+    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError, ParameterException),
+                    args)
 
 
 if __name__ == '__main__':

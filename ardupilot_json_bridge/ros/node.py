@@ -15,8 +15,6 @@ from functools import partial
 import importlib
 import logging
 import math
-import os
-import signal
 import sys
 import threading
 import time
@@ -45,6 +43,7 @@ from ardupilot_json_bridge.config import (
     ParameterSpec)
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.link_process import LinkProcess
 from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
 from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses
@@ -366,7 +365,13 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     the node then spun on, deaf to it. Here a signal at any moment after init stops the node.
     The executor spins in a thread; this one waits for a signal or for the executor to end.
     """
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RuntimeError as error:
+        # rcl refusing its arguments (RCLError: a --params-file that is missing or not YAML,
+        # a bad remapping) is the user's input: one line, as for a bad parameter.
+        rclpy.logging.get_logger(name).fatal(' '.join(str(error).split()))
+        return 1
     stop = Wakeup()
     node: Optional[Node] = None
     failure: List[BaseException] = []
@@ -401,61 +406,6 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
             node.destroy_node()
         rclpy.try_shutdown()
     return 0
-
-
-class Wakeup:
-    """
-    A pipe the main thread sleeps on until SIGINT, SIGTERM or set() (the executor's end).
-
-    Async-signal-safe: the signals reach it through signal.set_wakeup_fd, whose C handler
-    writes a byte; the Python handlers do nothing. A handler that set a threading.Event took
-    its lock, and deadlocked on a signal landing while the main thread held it.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        # A full pipe holds wakeups enough: a storm of signals is not worth a warning each.
-        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        for number in self.SIGNALS:
-            signal.signal(number, self._ignore)
-
-    @staticmethod
-    def _ignore(number: int, frame: Any) -> None:
-        """Do nothing: the C handler has written the wakeup byte already."""
-
-    def set(self) -> None:
-        """Wake the main thread (from any thread)."""
-        try:
-            os.write(self._write, b'x')
-        except BlockingIOError:
-            pass    # the pipe is full of wakeups already
-
-    def wait(self) -> None:
-        """Sleep until a signal or set()."""
-        os.read(self._read, 1)
-
-    def ignore_signals(self) -> None:
-        """
-        Ignore SIGINT and SIGTERM from now on: the node is stopping.
-
-        Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup, nor
-        a late SIGTERM kill the process at exit, where Python restores the default action of
-        every signal it handles, but not of those it ignores.
-        """
-        for number in self.SIGNALS:
-            signal.signal(number, signal.SIG_IGN)
-
-    def close(self) -> None:
-        """Stop taking signals into the pipe (idempotent), and close it."""
-        if self._write < 0:
-            return
-        signal.set_wakeup_fd(self._previous_fd)
-        for fd in (self._read, self._write):
-            os.close(fd)
-        self._read = self._write = -1
 
 
 def spin_until_shutdown(executor: Executor, stopped: Future, stop: Wakeup,
