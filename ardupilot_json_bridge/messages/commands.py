@@ -51,11 +51,10 @@ def multi_array_message(classes: MessageClasses, values: Sequence[float]) -> Any
 
 
 def group_messages(classes: MessageClasses, group: OutputGroup, values: Sequence[float],
-                   stamp: float, frame_id: str = '') -> List[Tuple[str, Any]]:
-    """(topic, message) pairs that publish one group's command values (stamped where typed)."""
+                   stamp: float) -> List[Tuple[str, Any]]:
+    """(topic, message) pairs that publish one group's command values."""
     if group.kind is OutputKind.ACTUATORS:
-        return [(group.topic, actuators_message(classes, group.field, values, stamp,
-                                                frame_id))]
+        return [(group.topic, actuators_message(classes, group.field, values, stamp))]
     if group.kind is OutputKind.FLOAT64_MULTI_ARRAY:
         return [(group.topic, multi_array_message(classes, values))]
     return [(topic, classes.float64(data=float(value)))
