@@ -16,6 +16,7 @@ the statistics (send_stats, every STATS_PERIOD).
 import argparse
 import json
 import logging
+import math
 import os
 import pickle
 import socket
@@ -29,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ardupilot_json_bridge.checks.conventions import (
     ConventionChecker, observe_imu, observe_odometry)
 from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
-from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters
+from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters, SIM_CONTROL_NONE
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
@@ -48,6 +49,10 @@ SERIALIZED = ord('M')
 # Child to parent: PWM for the commands, serialized servo_pwm messages, statistics, log lines,
 # and the settings applied.
 PWM, RECORDED, STATS, LOG, APPLIED = b'PFSLA'
+# Child to parent, lock-step through ROS: the source instant a SITL frame waits for (NaN:
+# any sample, before the first), for the parent to step the simulator to.
+WAIT = ord('W')
+WAIT_FORMAT = '<d'
 STATS_PERIOD = 1.0
 # Unchanged PWM is forwarded for the commands no more often than this (s).
 COMMAND_REFRESH = 0.02
@@ -65,19 +70,22 @@ class LinkProcess:
     def __init__(self, parameters: Dict[str, Any], udp: socket.socket,
                  on_pwm: Callable[[List[int], int], None],
                  logger: logging.Logger,
-                 on_recorded: Optional[Callable[[bytes], None]] = None) -> None:
+                 on_recorded: Optional[Callable[[bytes], None]] = None,
+                 on_wait: Optional[Callable[[Optional[float]], None]] = None) -> None:
         """
         Start the child on the bound udp socket.
 
         on_pwm(pwm, frame_rate) gets PWM for the commands (changed, or every COMMAND_REFRESH);
         on_recorded(message) every new frame's std_msgs/UInt16MultiArray, serialized (CDR),
-        when raw_pwm_topic is set.
+        when raw_pwm_topic is set; on_wait(instant) each instant a frame waits for, when
+        sim_control steps the simulator (None: any sample, before the first).
         """
         self.logger = logger
         # Publishing fails per frame while it fails at all (rclpy shutting down): said once.
         self.warnings = RateLimitedLog(logger)
         self.on_pwm = on_pwm
         self.on_recorded = on_recorded
+        self.on_wait = on_wait
         self.stats = LinkStats()
         config = config_from_parameters(parameters)
         self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(config.state)]
@@ -163,6 +171,8 @@ class LinkProcess:
                 except Exception as error:
                     self.warnings.error('on_pwm', f'publishing actuator commands failed: '
                                                   f'{error!r}')
+            elif kind == WAIT:
+                self._waiting(body)
             elif kind == RECORDED:
                 self._publish_recorded(body)
             elif kind == STATS:
@@ -172,6 +182,16 @@ class LinkProcess:
             elif kind == LOG:
                 level, text = body[0], body[1:].decode('utf-8', 'replace')
                 self.logger.log(level if levels(level) else logging.INFO, text)
+
+    def _waiting(self, body: bytes) -> None:
+        """Hand on_wait the instant a frame waits for."""
+        if self.on_wait is None:
+            return
+        (instant,) = struct.unpack(WAIT_FORMAT, body)
+        try:
+            self.on_wait(None if math.isnan(instant) else instant)
+        except Exception as error:
+            self.warnings.error('on_wait', f'stepping the simulator failed: {error!r}')
 
     def _publish_recorded(self, batch: bytes) -> None:
         """Hand each serialized message of a batch to on_recorded, in frame order."""
@@ -379,6 +399,14 @@ class SampleInlet:
             (link.settings, link.state.settings, link.state.keep), pickle.HIGHEST_PROTOCOL))
 
 
+def wait_sender(channel: socket.socket) -> Callable[[Optional[float]], None]:
+    """Child side: the link's on_wait, telling the parent what instant a frame waits for."""
+    def send(instant: Optional[float]) -> None:
+        channel.send(bytes((WAIT,)) + struct.pack(
+            WAIT_FORMAT, math.nan if instant is None else instant))
+    return send
+
+
 def send_stats(channel: socket.socket, link: SitlLink, checks: LiveChecks) -> None:
     """Child side: the link's counters, the inputs' meters and the checks' verdicts."""
     channel.send(bytes((STATS,)) + pickle.dumps(
@@ -394,7 +422,9 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     forwarder = PwmForwarder(channel, record=bool(config.raw_pwm_topic))
     link = SitlLink(config.link, SensorState(config.state, logger=logger),
                     on_frame=forwarder.on_frame, logger=logger,
-                    sock=socket.socket(fileno=udp_fd))
+                    sock=socket.socket(fileno=udp_fd),
+                    on_wait=(None if config.sim_control == SIM_CONTROL_NONE
+                             else wait_sender(channel)))
     checks = LiveChecks(config, logger)
     inlet = SampleInlet(channel, link, checks, config, logger)
     link.start()
