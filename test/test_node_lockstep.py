@@ -85,8 +85,8 @@ def fly_in_lock_step(vehicles: int, hogs: int) -> None:
         assert process.returncode == 0, tail(output)
     assert 'Traceback' not in everything, tail(everything)
     assert 'lock-step through ROS with the simulator' in everything, tail(everything)
-    for vehicle, (record, log, (gyro, loop, long_loops)) in enumerate(zip(records, logs,
-                                                                           figures)):
+    for vehicle, (record, log, figure) in enumerate(zip(records, logs, figures)):
+        gyro, loop, long_loops = figure
         said = (f'vehicle {vehicle}: SITL gyro rate {gyro} Hz, loop rate {loop} Hz, '
                 f'{long_loops} long loops')
         assert record.armed and record.reached, '\n'.join([

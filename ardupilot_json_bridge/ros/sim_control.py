@@ -38,8 +38,11 @@ from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.step_plan import StepPlan
 
 # Simulator time stepped through before serving (s), so that every topic, odometry at a
-# lower rate than the IMU's included, has published once before SITL's first frame.
-WARM_UP = 0.1
+# lower rate than the IMU's (100 Hz or more) included, has published before SITL's first frame.
+# Less than max_backlog: SITL's first frame may come while these messages are still on their
+# way, and start the grid at one of the first. (A slower topic is waited for: a frame left
+# unanswered steps the simulator once more each time SITL sends it again.)
+WARM_UP = 0.01
 # How long a call or a clock may take before the bridge says it is still waiting (s).
 PATIENCE = 5.0
 # simulation_interfaces/msg/SimulatorFeatures and SimulationState values used here.
@@ -47,6 +50,9 @@ STEP_SINGLE, STEP_MULTIPLE, STEP_ACTION = 31, 32, 33
 STATE_GETTING, STATE_SETTING, STATE_PAUSE = 24, 25, 26
 STATE_PLAYING, STATE_PAUSED = 1, 2
 RESULT_OK = 1
+# Once the simulator's sensor topics have publishers, how long their connections may take to
+# be made (s): a message published before is lost, and the simulator steps only when asked.
+CONNECTING = 1.0
 INSTALL = {SIMULATION_INTERFACES: 'simulation_interfaces (apt install '
                                   'ros-$ROS_DISTRO-simulation-interfaces)',
            GZ_CONTROL_WORLD: 'ros_gz_interfaces (apt install ros-$ROS_DISTRO-ros-gz-interfaces)'}
@@ -289,7 +295,7 @@ class SimStepper:
         try:
             backend = self.backend
             logger.info(f'sim_control: waiting for the simulator at {backend.where}')
-            if not backend.wait_until_ready(self._stop):
+            if not backend.wait_until_ready(self._stop) or not self._sensors_published():
                 return
             how = backend.check()
             if self._stop.is_set():
@@ -308,6 +314,22 @@ class SimStepper:
             if self._node.context.ok() and not self._stop.is_set():
                 logger.error(f'sim_control: stepping the simulator failed: {error!r}; SITL '
                              'waits for physics that no longer comes')
+
+    def _sensors_published(self) -> bool:
+        """Wait for publishers of the mandatory sensor topics, and connect; False if stopped."""
+        inputs = self._node.config.inputs
+        topics = [self._node.resolve_topic_name(topic) for topic in (
+            inputs.odom_topic, '' if self._node.config.state.odometry_only else inputs.imu_topic)
+            if topic]
+        said = False
+        while not all(self._node.count_publishers(topic) for topic in topics):
+            if not said:
+                self._node.core_logger.info(f'sim_control: waiting for publishers of '
+                                            f'{", ".join(topics)}')
+                said = True
+            if self._stop.wait(0.2):
+                return False
+        return not self._stop.wait(CONNECTING)
 
     def _serve(self, plan: StepPlan) -> None:
         """
