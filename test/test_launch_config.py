@@ -73,7 +73,8 @@ def test_node_arguments_name_the_package_executable_and_namespace():
                          'use_sim_time'}),
     ('gazebo.launch.py', {'world', 'bridge_config', 'params_file', 'instance'}),
     ('mujoco.launch.py', {'count', 'namespace_prefix', 'first_instance', 'params_file',
-                          'use_sim_time', 'imu_rate', 'odom_rate', 'real_time_factor'}),
+                          'use_sim_time', 'imu_rate', 'odom_rate', 'real_time_factor',
+                          'sim_control'}),
 ])
 def test_launch_files_declare_their_arguments(name, arguments):
     with open(os.path.join(LAUNCH_DIR, name)) as source:
