@@ -162,3 +162,25 @@ def test_without_simulation_interfaces_the_rest_of_the_node_works(nodes, monkeyp
         Parameter('sim_control', value='simulation_interfaces')]))
     assert bridge.sim_control is None
     assert bridge.link.process.poll() is None
+
+
+def test_the_client_pauses_a_playing_simulator_and_steps_by_service_and_by_action(nodes):
+    import logging
+    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+    from ardupilot_json_bridge.ros.sim_control import SimulationInterfaces, Waiter
+    from ardupilot_json_bridge.ros.simulation_server import SimulationServer
+    taken = []
+    server = SimulationServer(nodes.add(rclpy.create_node('counting_simulator')),
+                              lambda: taken.append(1), threading.Lock(), paused=False)
+    stop = threading.Event()
+    client = SimulationInterfaces(nodes.add(rclpy.create_node('stepping_bridge')),
+                                  '/counting_simulator',
+                                  Waiter(stop, RateLimitedLog(logging.getLogger(__name__))))
+    assert client.wait_until_ready(stop)
+    assert client.check() == 'StepSimulation'
+    assert server.paused   # it was playing: the check paused it
+    client.step(5)
+    assert len(taken) == 5
+    client._multiple = 'action'   # as with a simulator whose service takes single steps only
+    client.step(3)
+    assert len(taken) == 8
