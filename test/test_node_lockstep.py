@@ -1,7 +1,8 @@
 """
-Real ArduCopter hovers in lock-step through ROS: the node steps mujoco_sim (paused) with
-simulation_interfaces' StepSimulation to each SITL frame, one vehicle and two, on a quiet
-machine and beside two CPU-bound processes.
+Real ArduCopter hovers in lock-step through ROS, one vehicle and two, quiet and beside hogs.
+
+The node steps mujoco_sim (paused) with simulation_interfaces' StepSimulation to each SITL
+frame, on a quiet machine and beside two CPU-bound processes.
 
 Each vehicle's height in SITL is checked against the simulator's own (its odometry topic),
 within 0.3 m. Skips (one line) where simulation_interfaces is not installed (a sourced ROS 2

@@ -1,6 +1,8 @@
 """
-Lock-step through ROS, in-process: mujoco_sim paused serves simulation_interfaces, and a
-bridge with sim_control steps it to each frame of a peer that reads as SITL reads.
+Lock-step through ROS, in-process: a bridge steps mujoco_sim to each frame SITL asks for.
+
+mujoco_sim, paused, serves simulation_interfaces; a bridge with sim_control steps it to each
+frame of a peer that reads as SITL reads.
 
 Needs simulation_interfaces (a sourced ROS 2 Jazzy or Humble; the PyPI wheels lack it): skips
 in one line elsewhere.
