@@ -10,21 +10,46 @@ PACKAGE = 'ardupilot_json_bridge'
 # What `ros2 run ardupilot_json_bridge <name>` starts in a colcon build.
 ROS_EXECUTABLES = ['bridge = ardupilot_json_bridge.ros.node:main',
                    'mujoco_sim = ardupilot_json_bridge.ros.mujoco_sim:main']
+# Where `ros2 run` looks for a package's executables.
+ROS_SCRIPT_DIR = '$base/lib/' + PACKAGE
+
+
+def built_by_colcon(argv: list) -> bool:
+    """
+    Tell whether colcon runs this setup.py, rather than pip or a person.
+
+    colcon builds ament_python packages with `setup.py ... build --build-base <dir> install`,
+    or `setup.py develop --editable --build-directory <dir>` for --symlink-install; pip never
+    names either. pip 22 (Ubuntu 22.04's, ROS 2 Humble's) runs `setup.py develop` for
+    `pip install -e .`, so the command alone cannot tell them apart.
+    """
+    return bool({'--build-base', '--build-directory'} & set(argv[1:]))
 
 
 def console_scripts(argv: list) -> list:
     """
     Return the commands to install: ROS executables only for colcon.
 
-    colcon builds ament_python packages by running `setup.py install` (or `develop` for
-    --symlink-install), which puts scripts in lib/<package> (setup.cfg) for ros2 run. pip
-    builds a wheel instead, whose scripts land on PATH: there a command named plain `bridge`
-    would be a squatter, and `ardupilot-json-bridge node` / `mujoco-sim` start the same code.
+    pip puts scripts on PATH: there a command named plain `bridge` would be a squatter, and
+    `ardupilot-json-bridge node` / `mujoco-sim` start the same code.
     """
     scripts = ['ardupilot-json-bridge = ardupilot_json_bridge.cli:main']
-    if {'install', 'develop'} & set(argv[1:]):
+    if built_by_colcon(argv):
         scripts += ROS_EXECUTABLES
     return scripts
+
+
+def script_options(argv: list) -> dict:
+    """
+    Return setuptools options sending scripts to lib/<package>, for colcon only.
+
+    Not in setup.cfg: setuptools reads that for every install, so pip 22's `setup.py develop`
+    put `ardupilot-json-bridge` in $VIRTUAL_ENV/lib/ardupilot_json_bridge, off PATH.
+    """
+    if not built_by_colcon(argv):
+        return {}
+    return {'develop': {'script_dir': ROS_SCRIPT_DIR},
+            'install': {'install_scripts': ROS_SCRIPT_DIR}}
 
 
 def data_tree(source: str) -> list:
@@ -71,4 +96,5 @@ setup(
     license='Apache-2.0',
     tests_require=['pytest'],
     entry_points={'console_scripts': console_scripts(sys.argv)},
+    options=script_options(sys.argv),
 )

@@ -4,7 +4,6 @@ import argparse
 from dataclasses import asdict, replace
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from ardupilot_json_bridge.config import (
     load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
 from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
+from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
@@ -223,11 +223,15 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.checks.conventions import CHECK_WINDOW, observe_imu, \
         observe_odometry
     from ardupilot_json_bridge.checks.verdicts import WRONG
+    from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
     from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_seconds
-    from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE, UINT16_ARRAY_TYPE
+    from ardupilot_json_bridge.messages.cdr_writer import CLOCK_TYPE
     from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+    from ardupilot_json_bridge.messages.servo_pwm import (
+        LEGACY_SERVO_PWM_TYPE, pwm_sample, SERVO_PWM_TYPE)
     from ardupilot_json_bridge.sources.bagfile import CLOCK_TOPIC, read_messages
     from ardupilot_json_bridge.sources.replay import check_bag_topics, resolve_topic, WantedTopic
+    warnings = RateLimitedLog(logging.getLogger('ardupilot_json_bridge'))
     config = load_config(args.config, args.namespace, {})
     inputs = config.inputs
     imu_topic = resolve_topic(args.namespace, inputs.imu_topic)
@@ -241,7 +245,7 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
         WantedTopic(imu_topic, IMU_TYPE, 'imu', mandatory=True),
         WantedTopic(odom_topic, ODOMETRY_TYPE, 'odometry', mandatory=True),
         WantedTopic(CLOCK_TOPIC, CLOCK_TYPE, 'clock'),
-        WantedTopic(pwm_topic, UINT16_ARRAY_TYPE, 'servo_pwm')])
+        WantedTopic(pwm_topic, SERVO_PWM_TYPE, 'servo_pwm', older=(LEGACY_SERVO_PWM_TYPE,))])
     topics = [imu_topic, odom_topic] + [t for t in (CLOCK_TOPIC, pwm_topic) if t in available]
     read = 0
     for message in read_messages(bag, topics):
@@ -255,10 +259,14 @@ def run_check(args: argparse.Namespace, stop: threading.Event) -> int:
             # Each IMU stamp is paired with the clock when it was logged.
             clock, clock_logged = time_seconds(message.message.clock), log_time
         elif message.topic == pwm_topic:
-            # No header: the PWM applies at the clock it was logged at, carried on by the log
-            # time since the last /clock.
-            checker.add_pwm(log_time if clock is None else clock + log_time - clock_logged,
-                            message.message.data)
+            # Stamped with its frame's physics time; an older recording's, with no header, at
+            # the clock it was logged at, carried on by the log time since the last /clock.
+            stamp, pwm, problem = pwm_sample(
+                message.message, log_time if clock is None else clock + log_time - clock_logged)
+            if problem:
+                warnings.warning('pwm', problem)
+            else:
+                checker.add_pwm(stamp, pwm)
         elif message.topic == imu_topic:
             stamp = stamp_seconds(message.message.header)
             observe_imu(checker, message.message, stamp)
@@ -363,7 +371,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
         vehicle.reset()
         if args.wind or args.gust:
             vehicle.wind = engine_wind(vehicle, args.wind, args.gust)
-    fleet = FleetWorld(vehicles, config.link.peer_timeout, config.link.instance) \
+    fleet = FleetWorld(vehicles, config.link.hold_timeout, config.link.instance) \
         if count > 1 else None
     namespaces = [f'{args.namespace_prefix}{index}' if count > 1 else ''
                   for index in range(count)]
@@ -499,8 +507,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_ros_node(args.command, ros_arguments)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
+    signals = Wakeup()
+    signals.watch(stop)
     try:
         check_options(args)
         if args.command == 'fdmdata':
@@ -516,6 +524,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except LinkError as error:
         logging.getLogger('ardupilot_json_bridge').error(str(error))
         return 1
+    finally:
+        signals.close(restore_handlers=True)
 
 
 if __name__ == '__main__':

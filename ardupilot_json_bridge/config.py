@@ -85,7 +85,12 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
     ParameterSpec('fresh_timeout', 0.5, 'Wall seconds a SITL frame waits for physics newer '
                   'than the last reply before it goes unanswered', minimum=0.001, maximum=10.0),
     ParameterSpec('peer_timeout', 2.0, 'Wall seconds of silence after which another SITL '
-                  'address may take over the link', minimum=0.1, maximum=60.0),
+                  'address may take over the link (a SITL starting again at frame 0 does at '
+                  'once)', minimum=0.1, maximum=60.0),
+    ParameterSpec('hold_timeout', 0.5, 'Wall seconds the world of a lock-step fleet '
+                  '(mujoco --vehicles N) waits for a silent SITL before stepping without it; '
+                  "below SITL's 1.1 s resend interval, so a held frame is answered before SITL "
+                  'sends it again', read_only=True, minimum=0.01, maximum=1.0),
     ParameterSpec('no_time_sync', False, 'Send no_time_sync=1: SITL stops pacing to wall '
                   'time and (4.6.3+) switches AHRS to ground truth; off unless you know why',
                   read_only=True),
@@ -122,9 +127,11 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
                   read_only=True),
     ParameterSpec('rc_topic', '', 'sensor_msgs/Joy to RC channels 1-12 (axes, then buttons); '
                   'empty for none', read_only=True),
-    ParameterSpec('raw_pwm_topic', 'servo_pwm', 'std_msgs/UInt16MultiArray of every new '
-                  "frame's PWM, for recording (published in batches, each sent once its first "
-                  'frame is 50 ms old); empty for none', read_only=True),
+    ParameterSpec('raw_pwm_topic', 'servo_pwm', 'sensor_msgs/JointState of every new '
+                  "frame's PWM (servo1..N, microseconds in position), stamped with the physics "
+                  'time of the state SITL computed it from, for recording (published in '
+                  'batches, each sent once its first frame is 50 ms old); empty for none',
+                  read_only=True),
 )
 
 PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
@@ -236,11 +243,13 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _topic(name: str, value: Any) -> str:
-    topic = _text(name, value)
-    if topic.startswith('/'):
-        raise ConfigError(f'{name}: {topic!r} is absolute; use a relative name so namespaces '
-                          'and remapping apply')
-    return topic
+    """
+    Return a topic name as given.
+
+    Relative names take the node's namespace; absolute ones (a ros_gz world's
+    /model/quad/odometry) stay as they are; remapping applies to both.
+    """
+    return _text(name, value)
 
 
 def _list(name: str, value: Any) -> Sequence[Any]:
@@ -366,6 +375,7 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         port=_integer('port', values['port'], spec['port']),
         fresh_timeout=_number('fresh_timeout', values['fresh_timeout'], spec['fresh_timeout']),
         peer_timeout=_number('peer_timeout', values['peer_timeout'], spec['peer_timeout']),
+        hold_timeout=_number('hold_timeout', values['hold_timeout'], spec['hold_timeout']),
         no_time_sync=_flag('no_time_sync', values['no_time_sync']),
         no_lockstep=_flag('no_lockstep', values['no_lockstep']))
     state = StateSettings(

@@ -12,7 +12,6 @@ reads SITL's own figures from its dataflash log: gyro sample rate (IMU.GHz) and 
 """
 
 import argparse
-import glob
 import json
 import os
 import random
@@ -25,40 +24,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..')
 sys.path.insert(0, os.path.join(ROOT, 'test'))
 
-from proc_stats import cpu_seconds  # noqa: E402
+from proc_stats import children, tree_cpu_seconds  # noqa: E402
 import sitl_flight  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'config', 'mujoco_quad_x.yaml')
 INSTANCE = 4
 
 
-def children(pid: int) -> List[int]:
-    """Return the direct children of pid, from /proc."""
-    found = []
-    for task in glob.glob(f'/proc/{pid}/task/*/children'):
-        with open(task) as stream:
-            found += [int(child) for child in stream.read().split()]
-    return found
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of pid and its descendants (those still running)."""
-    own = cpu_seconds(pid) or 0.0
-    return own + sum(tree_cpu_seconds(child) for child in children(pid))
-
-
 def bridge_command(*arguments: str) -> List[str]:
     return [sys.executable, '-m', 'ardupilot_json_bridge.cli', *arguments]
-
-
-def stopped(process: subprocess.Popen) -> str:
-    """Terminate a process (kill it if it will not go) and return its output."""
-    process.terminate()
-    try:
-        return process.communicate(timeout=20)[0]
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.communicate()[0] + '\n(did not stop on SIGTERM: killed)'
 
 
 def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) -> Dict:
@@ -94,7 +68,8 @@ def measure(imu_rate: float, odom_rate: float, seconds: float, warmup: float) ->
             gyro_rate, loop_rate, long_loops = sitl.figures()
             sitl_log = sitl.log()
     finally:
-        outputs = {name: stopped(processes[name]) for name in ('bare', 'node', 'mujoco_sim')}
+        outputs = {name: sitl_flight.stopped(processes[name])
+                   for name in ('bare', 'node', 'mujoco_sim')}
     report = json.loads(outputs['bare'].strip().splitlines()[-1])
     return {'cpu': cpu, 'gyro_rate': gyro_rate, 'loop_rate': loop_rate,
             'long_loops': long_loops, 'bare': report,

@@ -38,7 +38,7 @@ def _vehicles(context, *args, **kwargs):
         bridge = bridge_node_arguments(vehicle, use_sim_time, argument('params_file'))
         bridge['remappings'] = clock_remappings(clock)
         nodes += [Node(**simulator_node_arguments(vehicle, clock, imu_rate, odom_rate,
-                                                  real_time_factor)),
+                                                  real_time_factor, argument('params_file'))),
                   Node(**bridge)]
     return nodes
 
@@ -53,7 +53,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('first_instance', default_value='0',
                               description='SITL instance of the first vehicle'),
         DeclareLaunchArgument('params_file', default_value=preset,
-                              description='Bridge parameters shared by all vehicles'),
+                              description='Bridge parameters shared by all vehicles; the '
+                                          'simulators take their commands as it says'),
         DeclareLaunchArgument('use_sim_time', default_value='true',
                               description="Bridges use the simulator's clock"),
         DeclareLaunchArgument('imu_rate', default_value='1000.0',

@@ -1,11 +1,14 @@
 """Shared fixtures: free UDP ports, running links and SITL peers on loopback."""
 
 import contextlib
+import logging
 import os
+import pathlib
 import random
 import socket
 import subprocess
-from typing import Iterator, List, Set, Tuple
+import time
+from typing import Iterator, List, Optional, Set, Tuple
 
 import pytest
 
@@ -19,6 +22,49 @@ from sitl_peer import SitlPeer
 # machine (a developer's and CI's) do not hear each other: the one .ci/run sets, else random.
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+
+
+# ROS 2's launch_testing pytest plugin (loaded by plain `pytest`, as `colcon test` runs it)
+# imports every test module to look for launch tests, outside pytest's own collection: one
+# module's import skip (pytest.importorskip: pymavlink, mujoco, rclpy) then skipped the whole
+# session, and an import error failed it. The project has no launch tests: its modules are
+# collected as pytest collects them, so a module's skip skips that module only.
+def plain_module(parent: pytest.Collector, name: str, **path: object) -> Optional[pytest.Module]:
+    """Collect a test module as pytest does, before launch_testing's hook imports it."""
+    return None if name == '__init__.py' else pytest.Module.from_parent(parent, **path)
+
+
+if int(pytest.__version__.split('.')[0]) >= 7:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(module_path: pathlib.Path,
+                                    parent: pytest.Collector) -> Optional[pytest.Module]:
+        return plain_module(parent, module_path.name, path=module_path)
+else:  # pytest 6 (Ubuntu 22.04's 6.2.5, Humble's): py.path only
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makemodule(path: os.PathLike,
+                                    parent: pytest.Collector) -> Optional[pytest.Module]:
+        return plain_module(parent, path.basename, fspath=path)
+
+
+def standard_loggers() -> None:
+    """
+    Make loggers created from now on the standard library's, which propagate to the root.
+
+    launch (imported when pytest starts by ROS 2's launch_testing plugin, which plain `pytest`
+    and `colcon test` load, or by a test) sets a process-wide logger class whose loggers never
+    propagate: the project's and the tests' loggers then never reach caplog's handler on the
+    root logger. The project's own processes (node, CLI) do not import launch.
+    """
+    logging.setLoggerClass(logging.Logger)
+
+
+standard_loggers()
+
+
+@pytest.fixture(autouse=True)
+def _standard_loggers() -> None:
+    """Undo, before each test, a launch imported by an earlier test (see standard_loggers)."""
+    standard_loggers()
 
 
 _DDS_PORT_BASE = 7400   # RTPS port base; each ROS domain takes the 250 ports after its own
@@ -85,6 +131,19 @@ def patient_config(tmp_path) -> str:
     return str(path)
 
 
+class SkippingClock:
+    """The monotonic clock, moved on by skip(): a link's wait for SITL's resend, in no time."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @pytest.fixture
 def make_link() -> Iterator:
     """
@@ -96,12 +155,12 @@ def make_link() -> Iterator:
     links: List[SitlLink] = []
 
     def make(state_settings: StateSettings = StateSettings(pacing=SAMPLES), on_frame=None,
-             logger=None,
+             logger=None, clock=time.monotonic,
              **link_settings) -> SitlLink:
         link_settings.setdefault('port', free_udp_port())
         link_settings.setdefault('fresh_timeout', 0.2)
         link = SitlLink(LinkSettings(**link_settings), SensorState(state_settings), on_frame,
-                        logger)
+                        logger, clock=clock)
         link.start()
         links.append(link)
         return link
@@ -124,6 +183,20 @@ def make_peer() -> Iterator:
     yield make
     for peer in peers:
         peer.close()
+
+
+def inner_pytest_environment(*python_path: str) -> dict:
+    """
+    Return the environment for a pytest run inside a test, with python_path first.
+
+    Without the outer run's PYTEST_ADDOPTS: `colcon test` passes its options there (the
+    suite's paths, its junit file), so an inner pytest ran the whole suite again.
+    """
+    environment = dict(os.environ)
+    environment.pop('PYTEST_ADDOPTS', None)
+    environment['PYTHONPATH'] = os.pathsep.join(
+        [*python_path, *filter(None, [environment.get('PYTHONPATH')])])
+    return environment
 
 
 @contextlib.contextmanager

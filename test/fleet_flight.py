@@ -49,7 +49,7 @@ def fly_fleet(heights: Sequence[float], speedup: float, hold: float, first: int 
     vehicles = [MujocoVehicle(DEFAULT_MODEL, world, k) for k in range(count)]
     for vehicle in vehicles:
         vehicle.reset()
-    fleet = FleetWorld(vehicles, config.link.peer_timeout, first_instance=first)
+    fleet = FleetWorld(vehicles, config.link.hold_timeout, first_instance=first)
     links: List[SitlLink] = []
     for index, vehicle in enumerate(vehicles):
         state = SensorState(StateSettings(pacing=SAMPLES))

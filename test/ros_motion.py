@@ -15,7 +15,7 @@ from scipy.spatial.transform import Rotation
 
 GRAVITY = 9.80665
 FAULTS = ('frd_imu', 'gyro_deg', 'accel_g', 'no_gravity', 'gravity_reversed', 'world_twist',
-          'w_first', 'non_unit', 'ned_world', 'odom_late')
+          'w_first', 'non_unit', 'ned_world', 'odom_late', 'planar_odometry')
 # How late 'odom_late' stamps odometry (s), as a simulator stamping on publish might.
 ODOM_DELAY = 0.05
 # A vibration's frequency (Hz): motors shaking the frame in roll.
@@ -173,5 +173,10 @@ def odometry_samples(stream: Stream) -> Iterator[OdometryRow]:
         orientation = (w, x, y, z) if 'w_first' in faults else (x, y, z, w)
         if 'non_unit' in faults:
             orientation = tuple(1.1 * v for v in orientation)
+        if 'planar_odometry' in faults:
+            # Gazebo's OdometryPublisher at <dimensions>2: no z, the twist turned by yaw only.
+            yaw = rotation.as_euler('ZYX')[0]
+            twist = Rotation.from_euler('z', yaw).inv().apply(velocity * [1, 1, 0])
+            position = position * [1, 1, 0]
         stamp = t + ODOM_DELAY if 'odom_late' in faults else t
         yield stamp, tuple(position), orientation, tuple(twist)

@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
 QUAD_X_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'config',
@@ -56,17 +56,33 @@ def sitl_binary(name: str = 'arducopter') -> Optional[str]:
     return path if folder and os.access(path, os.X_OK) else None
 
 
-def json_sitl_command(binary: str, instance: int, speedup: float, defaults: str) -> List[str]:
-    """Return the command line of a prebuilt SITL against a JSON backend on 127.0.0.1."""
-    return [binary, '--model', 'JSON:127.0.0.1', '--speedup', str(speedup), '-I', str(instance),
+def json_sitl_command(binary: str, instance: int, speedup: float, defaults: str,
+                      backend: str = '127.0.0.1') -> List[str]:
+    """Return the command line of a prebuilt SITL against a JSON backend at backend."""
+    return [binary, '--model', f'JSON:{backend}', '--speedup', str(speedup), '-I', str(instance),
             '--serial0', 'tcp:0', '--defaults', defaults, '--wipe']
 
 
+def stopped(process: subprocess.Popen) -> str:
+    """Terminate a process (kill it if it will not go) and return its output."""
+    process.terminate()
+    try:
+        return process.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()[0] + '\n(did not stop on SIGTERM: killed)'
+
+
 class Sitl:
-    """ArduCopter SITL against a JSON backend on 127.0.0.1, in a scratch folder."""
+    """
+    ArduCopter SITL against a JSON backend (on 127.0.0.1 unless told), in a scratch folder.
+
+    prefix goes before SITL's command line: another host's `ip netns exec NAME` (netns_hosts).
+    """
 
     def __init__(self, instance: int = 0, speedup: float = 1.0,
-                 extra_parameters: str = '') -> None:
+                 extra_parameters: str = '', backend: str = '127.0.0.1',
+                 prefix: Sequence[str] = ()) -> None:
         binary = sitl_binary()
         if binary is None:
             raise RuntimeError(f'set {SITL_DIR_VARIABLE} to a folder with arducopter')
@@ -78,7 +94,8 @@ class Sitl:
             with open(extra, 'w') as stream:
                 stream.write(extra_parameters)
             defaults += ',' + extra
-        self._start(folder, json_sitl_command(binary, instance, speedup, defaults),
+        self._start(folder, [*prefix, *json_sitl_command(binary, instance, speedup, defaults,
+                                                         backend)],
                     5760 + 10 * instance)
 
     def _start(self, folder: str, command: List[str], mavlink_port: int) -> None:
@@ -317,17 +334,19 @@ class Flight:
 
 
 def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
-        timeout: float = FLIGHT_TIMEOUT, leg: float = 0.0) -> FlightRecord:
+        timeout: float = FLIGHT_TIMEOUT, leg: float = 0.0,
+        connect: Callable[[Sitl], Flight] = Flight) -> FlightRecord:
     """
     EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
 
     With leg, fly leg m north after the hold (moved says it got there), then land.
 
-    truth gives the simulator's own height above its start, sampled with SITL's altitude.
+    truth gives the simulator's own height above its start, sampled with SITL's altitude;
+    connect opens the MAVLink session (SITL on another host: from inside that host).
     Raises SitlDied when SITL exits or closes MAVLink.
     """
     started = time.monotonic()
-    flight = Flight(sitl)
+    flight = connect(sitl)
     record = flight.record
     try:
         ready = flight.wait_ready(timeout / 2)

@@ -47,6 +47,15 @@ C_FLOAT = re.compile(
 C_INT = re.compile(r'\s*([+-]?\d+)')
 
 
+# SIM_JSON.cpp recv_fdm: it waits UDP_TIMEOUT_MS (100 ms) a receive and resends its servo
+# packet once the waits add up to more than 1000 ms: every 11th wait, 1.1 s.
+RESEND_INTERVAL = 1.1
+
+
+class SecondReply(AssertionError):
+    """A datagram SITL would read as a frame's reply that answered another frame."""
+
+
 class SitlRejected(ValueError):
     """SITL would not accept this reply (or would accept wrong values); says what it prints."""
 
@@ -179,20 +188,26 @@ class SitlFrameRate:
 
 class SitlPeer:
     """
-    A UDP client that speaks to the bridge as SITL instance does, from its own port.
+    A UDP client that speaks to the bridge as a SITL instance does, from its own port.
+
+    It reads one datagram a frame, and resends a frame every RESEND_INTERVAL without one.
 
     With a SitlFrameRate, its packets carry the frame rate SITL would derive from the replies
-    stepped so far; without, always 1200.
+    stepped so far; without, always rate (1200 unless set). It sends from source (by default
+    the bridge's own address: the same host), as SITL on another host sends from its own.
     """
 
     def __init__(self, port: int, host: str = '127.0.0.1', channels: int = 16,
-                 clock: Optional[SitlFrameRate] = None) -> None:
+                 clock: Optional[SitlFrameRate] = None, source: Optional[str] = None) -> None:
         self.target = (host, port)
         self.channels = channels
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((host, 0))
+        self.sock.bind((source or host, 0))
         self.frame_count = 0
         self.clock = clock
+        self.resends = 0
+        self.last_timestamp: Optional[float] = None
+        self.rate = 1200   # the frame rate sent without a SitlFrameRate
 
     @property
     def address(self) -> Tuple[str, int]:
@@ -202,7 +217,7 @@ class SitlPeer:
              pwm: Optional[Sequence[int]] = None) -> None:
         count = self.frame_count if frame_count is None else frame_count
         values = list(pwm) if pwm is not None else [1000] * self.channels
-        rate = self.clock.frame_rate if self.clock else 1200
+        rate = self.clock.frame_rate if self.clock else self.rate
         self.sock.sendto(encode_servo_packet(count, values, rate), self.target)
 
     def send_raw(self, data: bytes) -> None:
@@ -227,44 +242,76 @@ class SitlPeer:
 
     def step(self, pwm: Optional[Sequence[int]] = None, timeout: float = 2.0,
              dialect: str = '4.6') -> Dict[str, object]:
-        """One lock-step frame: send, read and parse the reply, then advance frame_count."""
+        """One lock-step frame: send, read ONE datagram as its reply, advance frame_count."""
+        self._check_nothing_queued()
         self.send(pwm=pwm)
         datagram = self.receive(timeout)
         if datagram is None:
             raise TimeoutError(f'no reply to frame {self.frame_count}')
-        parsed = parse_reply(datagram, dialect)
-        self.frame_count += 1
-        if self.clock:
-            self.clock.accept(parsed['timestamp'])
-        return parsed
+        return self._take(datagram, dialect)
 
-    def lock_step(self, count: int, pwm: Optional[Sequence[int]] = None, timeout: float = 5.0,
-                  wait: float = 0.3) -> List[Dict[str, object]]:
+    def lock_step(self, count: int, pwm: Optional[Sequence[int]] = None,
+                  timeout: float = 5.0) -> List[Dict[str, object]]:
         """
-        Step frames until count replies came or timeout passed; return the parsed replies.
+        Step frames as SITL does until count replies came or timeout passed; return them.
 
-        A frame with no reply within wait is sent again, as SITL resends. The bridge answers
-        a resent frame it already answered with the same reply again; that late copy (the
-        previous reply's timestamp) moves SITL's clock by nothing, and is not the new frame's.
+        Each frame's reply is the first datagram read after sending it, whatever it holds
+        (SIM_JSON.cpp recv_fdm reads one datagram a frame). A frame with no reply is sent
+        again every RESEND_INTERVAL, as SITL resends. A reply that cannot be the frame's
+        raises SecondReply (see _take).
         """
         replies: List[Dict[str, object]] = []
         deadline = time.monotonic() + timeout
         while len(replies) < count and time.monotonic() < deadline:
+            self._check_nothing_queued()
             self.send(pwm=pwm)
-            until = time.monotonic() + wait
             while True:
-                datagram = self.receive(max(0.0, until - time.monotonic()))
-                if datagram is None:
+                left = deadline - time.monotonic()
+                datagram = self.receive(max(0.0, min(RESEND_INTERVAL, left)))
+                if datagram is not None:
+                    replies.append(self._take(datagram))
                     break
-                reply = parse_reply(datagram)
-                if replies and reply['timestamp'] == replies[-1]['timestamp']:
-                    continue
-                replies.append(reply)
-                self.frame_count += 1
-                if self.clock:
-                    self.clock.accept(reply['timestamp'])
-                break
+                if left <= RESEND_INTERVAL:
+                    return replies
+                self.resends += 1
+                self.send(pwm=pwm)
         return replies
+
+    def _check_nothing_queued(self) -> None:
+        """Raise SecondReply if a datagram came before the frame about to be sent."""
+        self.sock.setblocking(False)
+        try:
+            data, sender = self.sock.recvfrom(65536)
+        except BlockingIOError:
+            return
+        finally:
+            self.sock.setblocking(True)
+        if sender[:2] == self.target:
+            raise SecondReply(f'a reply was waiting before frame {self.frame_count} was sent: '
+                              'a second reply to an earlier frame, which SITL would read as '
+                              f"this frame's ({data[:60]!r})")
+
+    def _take(self, datagram: bytes, dialect: str = '4.6') -> Dict[str, object]:
+        """
+        Take datagram as the reply to the frame sent, as SITL does, and advance frame_count.
+
+        Raises SecondReply where its timestamp is not after the last reply's in the session
+        (from frame 0): every new frame moves the bridge's clock, so such a reply answered
+        an earlier frame, and SITL would read every reply after it one frame late.
+        """
+        parsed = parse_reply(datagram, dialect)
+        timestamp = parsed['timestamp']
+        if self.frame_count == 0:
+            self.last_timestamp = None
+        last = self.last_timestamp
+        if last is not None and timestamp <= last:
+            raise SecondReply(f'the reply to frame {self.frame_count} repeats time {timestamp} '
+                              f'(last reply {last}): a second reply to an earlier frame')
+        self.last_timestamp = timestamp
+        self.frame_count += 1
+        if self.clock:
+            self.clock.accept(timestamp)
+        return parsed
 
     def close(self) -> None:
         self.sock.close()

@@ -4,6 +4,7 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 
 from ardupilot_json_bridge.messages import cdr_writer
+from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm, SERVO_PWM_TYPE
 import ros_messages
 
 STORE = ros_messages.STORES['jazzy']
@@ -88,9 +89,11 @@ def test_float64_array(values):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 65535), max_size=20))
-def test_uint16_array(values):
-    expected = TYPES['std_msgs/msg/UInt16MultiArray'](
-        layout=layout(), data=np.array(values, dtype=np.uint16))
-    assert cdr_writer.encode_uint16_array(values) == \
-        rosbags_bytes(expected, 'std_msgs/msg/UInt16MultiArray')
+@given(stamps_ns, frame_ids, st.lists(st.integers(0, 65535), max_size=20))
+def test_servo_pwm(stamp_ns, frame_id, values):
+    expected = TYPES['sensor_msgs/msg/JointState'](
+        header=header(stamp_ns, frame_id), name=[f'servo{n + 1}' for n in range(len(values))],
+        position=np.array(values, dtype=np.float64), velocity=np.array([], dtype=np.float64),
+        effort=np.array([], dtype=np.float64))
+    assert encode_servo_pwm(stamp_ns * 1e-9, values, frame_id) == \
+        rosbags_bytes(expected, SERVO_PWM_TYPE)

@@ -49,10 +49,11 @@ def group(kind, channels=(1, 2), topic='out', topics=(), field=ActuatorField.VEL
 def test_actuators_fill_one_array(store, field):
     classes = classes_for(store)
     ((topic, message),) = group_messages(classes, group(OutputKind.ACTUATORS, field=field),
-                                         (1.5, 2.5), 12.25)
+                                         (1.5, 2.5), 12.25, 'base_link')
     back = round_trip(store, message)
     assert topic == 'out'
     assert (back.header.stamp.sec, back.header.stamp.nanosec) == (12, 250000000)
+    assert back.header.frame_id == 'base_link'
     for name in ('position', 'velocity', 'normalized'):
         expected = [1.5, 2.5] if name == field.value else []
         assert list(getattr(back, name)) == expected

@@ -8,6 +8,7 @@ from ardupilot_json_bridge.config import (
     config_from_parameters, ConfigError, flatten, load_parameters_file, PARAMETERS,
     shipped_preset)
 from ardupilot_json_bridge.core.pwm import ActuatorField, OutputKind
+from ardupilot_json_bridge.sources.replay import resolve_topic
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', 'config')
 PRESETS = ['quad_x.yaml', 'plane.yaml', 'rover.yaml']
@@ -37,8 +38,9 @@ def test_every_parameter_has_a_description_and_valid_default():
     ({'instance': 5654}, 'instance: 5654 is above the maximum 5653'),
     ({'port': 70000}, 'port: 70000 is above the maximum 65535'),
     ({'fresh_timeout': 'soon'}, 'fresh_timeout: expected a number'),
+    # A fleet's world holding a frame 1.1 s would answer it after SITL resent it.
+    ({'hold_timeout': 1.1}, 'hold_timeout: 1.1 is above the maximum 1'),
     ({'odometry_only': 1}, 'odometry_only: expected true or false'),
-    ({'odom_topic': '/odom'}, "odom_topic: '/odom' is absolute"),
     ({'imu_mounting_rpy': [0.0, 0.0]}, 'imu_mounting_rpy: expected [roll, pitch, yaw]'),
     ({'odom_twist_frame': 'body'}, "odom_twist_frame: 'body' is not one of child, world"),
     ({'rangefinder_2_topic': 'scan'}, 'rangefinder_2_topic: set rangefinder_1_topic first'),
@@ -70,6 +72,24 @@ def test_bad_settings_are_named(parameters, message):
 
 def test_ros_extras_are_ignored():
     config_from_parameters({'use_sim_time': True, 'qos_overrides./odom.subscription.depth': 5})
+
+
+def test_absolute_topics_are_taken_as_given():
+    # ros_gz worlds publish absolute topics; ROS remaps absolute names as it does relative ones.
+    config = config_from_parameters({
+        'odom_topic': '/model/quad/odometry', 'imu_topic': '/world/w/imu',
+        'output_groups': ['m'], 'outputs.m.type': 'actuators', 'outputs.m.channels': [1],
+        'outputs.m.topic': '/quad/command/motor_speed'})
+    assert config.inputs.odom_topic == '/model/quad/odometry'
+    assert config.inputs.imu_topic == '/world/w/imu'
+    assert config.outputs[0].topic == '/quad/command/motor_speed'
+
+
+@pytest.mark.parametrize('namespace, topic, resolved', [
+    ('quad0', 'odom', '/quad0/odom'), ('', 'odom', '/odom'),
+    ('quad0', '/model/quad/odometry', '/model/quad/odometry')])
+def test_a_topic_resolves_under_a_namespace_as_ros_resolves_it(namespace, topic, resolved):
+    assert resolve_topic(namespace, topic) == resolved
 
 
 def test_instance_sets_port():

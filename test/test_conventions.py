@@ -36,6 +36,7 @@ NAMED = {
     'non_unit': ('quaternion: unit', 'unit quaternions'),
     'ned_world': ('gravity', 'ENU world'),
     'odom_late': ('time: imu to odometry', 'the odometry stamps are 50 ms late'),
+    'planar_odometry': ('odometry: height', "Gazebo's OdometryPublisher needs <dimensions>3"),
 }
 # The fixes a user applies in the bridge's parameters (the others change the simulator).
 PARAMETER_FIXES = {'frd_imu': {'imu_mounting_rpy': (180.0, 0.0, 0.0)},

@@ -34,6 +34,21 @@ def test_connected_rate_and_stalled():
     assert status.level is Level.ERROR and 'stalled' in status.message
 
 
+def test_wire_faults_are_shown_and_warn_while_they_grow():
+    watcher, stats = monitor(), LinkStats()
+    stats.last_packet, stats.replied = 1.0, 100
+    assert watcher.link_status(stats, 1.0).level is Level.OK
+    stats.late, stats.duplicates, stats.lost, stats.strangers, stats.resent = 2, 1, 3, 4, 5
+    status = watcher.link_status(stats, 1.5)
+    assert status.level is Level.WARN
+    assert status.message == ('connected; since the last report the wire or SITL gave 2 late, '
+                              '1 duplicates, 5 resent, 3 lost, 4 strangers frame(s): see the log')
+    assert {k: status.values[k] for k in ('late', 'duplicates', 'resent', 'lost', 'strangers')} \
+        == {'late': '2', 'duplicates': '1', 'resent': '5', 'lost': '3', 'strangers': '4'}
+    stats.replied = 200
+    assert watcher.link_status(stats, 2.0).level is Level.OK
+
+
 def test_unanswered_frames_warn_once():
     watcher, stats = monitor(), LinkStats()
     stats.last_packet = 1.0
@@ -112,3 +127,20 @@ def test_frames_unanswered_for_odometry_on_another_clock_are_an_error_until_they
     # A fault that waiting may mend (physics late for a frame) is a warning.
     meter.unanswered, meter.fault, meter.fault_is_error = 241, 'samples stop short', False
     assert watcher.input_status(meter, 0.1).level is Level.WARN
+
+
+def test_a_link_process_that_ended_is_an_error_whatever_the_counters_say():
+    ended = 'the link process was killed by SIGKILL: SITL is no longer served'
+    (link, *_) = monitor().statuses(LinkStats(), [], 10.0, (), ended)
+    assert (link.level, link.message) == (Level.ERROR, ended)
+
+
+def test_messages_missing_by_the_stamps_warn_once_with_their_count():
+    meter, judge = InputMeter('imu'), monitor()
+    for stamp_gap in (0.001, 0.001, 0.004, 0.001):     # 3 messages missing in the third gap
+        meter.record(9.9)
+        meter.note_stamp_gap(stamp_gap)
+    status = judge.input_status(meter, 10.0)
+    assert status.level is Level.WARN and status.values['missed'] == '3'
+    assert status.message.startswith('3 message(s) missing by the stamps (one every 1 ms)')
+    assert judge.input_status(meter, 10.0).level is Level.OK

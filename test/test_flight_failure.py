@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip('pymavlink', reason="needs pymavlink (pip install '.[test]')")
 
+from conftest import inner_pytest_environment  # noqa: E402
+
 TEST_DIR = os.path.dirname(os.path.abspath(__file__))
 # The output of pytest -q for the failing flight below stays under this many lines.
 MOST_LINES = 120
@@ -70,9 +72,7 @@ def test_a_flight_whose_sitl_dies():
 def test_a_flight_whose_sitl_dies_fails_in_a_few_lines_naming_how(tmp_path):
     test = tmp_path / 'test_failing_flight.py'
     test.write_text(FAILING_FLIGHT)
-    environment = dict(os.environ)
-    environment['PYTHONPATH'] = os.pathsep.join(
-        [TEST_DIR, *filter(None, [environment.get('PYTHONPATH')])])
+    environment = inner_pytest_environment(TEST_DIR)
     try:
         run = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
                               str(test)], cwd=str(tmp_path), env=environment,

@@ -140,23 +140,70 @@ def test_a_plane_or_rover_judged_as_a_copter_is_undecided_not_wrong(record):
     assert check.verdict == UNDECIDED and 'name the vehicle' in check.measured, check
 
 
-def write_flight_bag(path, record: mixed_flight.Record) -> None:
-    """Write a record as the flight recorder does: /clock, imu, odom and servo_pwm."""
-    store = ros_messages.STORES['jazzy']
-    pwm_type = store.types['std_msgs/msg/UInt16MultiArray']
-    layout_type = store.types['std_msgs/msg/MultiArrayLayout']
+def sensor_messages(store, record: mixed_flight.Record) -> list:
+    """Return a record's /clock, imu and odom as (topic, type, log time, message)."""
     messages = [('/imu', 'sensor_msgs/msg/Imu', round(t * 1e9),
                  ros_messages.imu(store, t, gyro, accel)) for t, gyro, accel in record.imu]
     messages += [('/clock', 'rosgraph_msgs/msg/Clock', round(t * 1e9) - 1,
                   ros_messages.clock(store, t)) for t, _, _ in record.imu]
-    messages += [('/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
-                  ros_messages.odometry(store, t, position, q, linear))
-                 for t, position, q, linear in record.odometry]
+    return messages + [('/odom', 'nav_msgs/msg/Odometry', round(t * 1e9),
+                        ros_messages.odometry(store, t, position, q, linear))
+                       for t, position, q, linear in record.odometry]
+
+
+def write_flight_bag(path, record: mixed_flight.Record) -> None:
+    """Write a record as the flight recorder once did: servo_pwm as UInt16MultiArray."""
+    store = ros_messages.STORES['jazzy']
+    pwm_type = store.types['std_msgs/msg/UInt16MultiArray']
+    layout_type = store.types['std_msgs/msg/MultiArrayLayout']
+    messages = sensor_messages(store, record)
     messages += [('/servo_pwm', 'std_msgs/msg/UInt16MultiArray', round(t * 1e9),
                   pwm_type(layout=layout_type(dim=[], data_offset=0),
                            data=np.array(pwm, dtype=np.uint16)))
                  for t, pwm in record.pwm]
     write_bag(str(path), sorted(messages, key=lambda m: m[2]), store)
+
+
+def write_node_recording(path, record: mixed_flight.Record, batch: float = 0.05) -> None:
+    """
+    Write a record as `ros2 bag record` logs the node.
+
+    servo_pwm is stamped with each frame's physics time but logged as the node publishes it,
+    in batches up to 50 ms late.
+    """
+    store = ros_messages.STORES['jazzy']
+    joint_state = store.types['sensor_msgs/msg/JointState']
+    messages = sensor_messages(store, record)
+    messages += [('/servo_pwm', 'sensor_msgs/msg/JointState',
+                  round((math.floor(t / batch) + 1) * batch * 1e9),
+                  joint_state(header=ros_messages.header(store, t),
+                              name=[f'servo{n + 1}' for n in range(len(pwm))],
+                              position=np.array(pwm, dtype=np.float64),
+                              velocity=np.array([], dtype=np.float64),
+                              effort=np.array([], dtype=np.float64)))
+                 for t, pwm in record.pwm]
+    write_bag(str(path), sorted(messages, key=lambda m: m[2]), store)
+
+
+def test_check_places_a_recordings_pwm_at_its_frames_physics_time(tmp_path, monkeypatch,
+                                                                  capsys):
+    from ardupilot_json_bridge import cli
+    flown = fly_quad(mixed_flight.Flight(mixer='PLUS'))
+    bag = tmp_path / 'node_recording'
+    write_node_recording(bag, flown)
+    placed = []
+    add_pwm = ConventionChecker.add_pwm
+
+    def keep(checker, stamp, pwm):
+        placed.append((stamp, tuple(pwm)))
+        add_pwm(checker, stamp, pwm)
+    monkeypatch.setattr(ConventionChecker, 'add_pwm', keep)
+    assert cli.main(['check', str(bag)]) == 1
+    # At the stamps the generator flew them, against the IMU's; not at the batches' log times.
+    assert [t for t, _ in placed] == pytest.approx([t for t, _ in flown.pwm], abs=1e-9)
+    assert [p for _, p in placed] == [tuple(p) for _, p in flown.pwm]
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(NAME)]
+    assert rows and 'SITL mixes for QUAD/PLUS' in rows[0], rows
 
 
 def check_command(*arguments: str) -> subprocess.CompletedProcess:

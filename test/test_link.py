@@ -14,8 +14,8 @@ from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
 from ardupilot_json_bridge.core.state import Instant, SensorState
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
-from conftest import free_udp_port
-from sitl_peer import parse_reply, SitlFrameRate, SitlPeer
+from conftest import free_udp_port, SkippingClock
+from sitl_peer import parse_reply, RESEND_INTERVAL, SitlFrameRate, SitlPeer
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 
@@ -55,19 +55,45 @@ def test_lock_step_replies_with_advancing_time(make_link, make_peer):
     assert link.stats.unanswered == 0
 
 
-def test_duplicate_frame_gets_the_same_reply_and_no_new_outputs(make_link, make_peer):
+def test_a_copy_of_a_frame_is_not_answered_again_and_sitls_resend_is(make_link, make_peer):
     frames = []
-    link = make_link(on_frame=frames.append)
+    clock = SkippingClock()
+    link = make_link(on_frame=frames.append, clock=clock)
     peer = make_peer(link.address[1])
     feed(link, 5.0)
     peer.send(frame_count=0)
     first = peer.receive()
     feed(link, 5.001)
+    # A copy on the way, right after the reply: SITL would read a second reply as frame 1's.
     peer.send(frame_count=0)
-    again = peer.receive()
-    assert first == again
+    assert peer.receive(timeout=0.3) is None
     assert wait_for(lambda: link.stats.duplicates == 1)
+    # SITL resends RESEND_INTERVAL after its frame got no reply (lost): the same reply again.
+    clock.skip(RESEND_INTERVAL)
+    peer.send(frame_count=0)
+    assert peer.receive() == first
+    assert wait_for(lambda: link.stats.resent == 1 and link.stats.replied == 2)
     assert len(frames) == 1
+
+
+def test_a_late_frame_is_counted_and_changes_nothing(make_link, make_peer, caplog):
+    # Issue 33 item 1: a late copy of frame 1100 after frame 1199 is no restart.
+    link = make_link()
+    peer = make_peer(link.address[1])
+    peer.frame_count = 1100
+    for i in range(100):
+        feed(link, 10.0 + i * 0.001)
+        peer.step()
+    with caplog.at_level(logging.WARNING):
+        peer.send(frame_count=1100)
+        assert peer.receive(timeout=0.3) is None
+    assert wait_for(lambda: link.stats.late == 1)
+    assert link.stats.restarts == 0 and 'restarted' not in caplog.text
+    assert 'ignored frame 1100, older than frame 1199' in caplog.text
+    # SITL's next frame carries on from where it was: time and frames unchanged.
+    feed(link, 10.1)
+    assert peer.step()['timestamp'] == pytest.approx(0.1, abs=1e-9)
+    assert link.stats.lost == 0
 
 
 def test_lost_frames_are_counted(make_link, make_peer):
@@ -83,12 +109,14 @@ def test_lost_frames_are_counted(make_link, make_peer):
 
 
 def test_restart_resets_time(make_link, make_peer, caplog):
-    link = make_link()
+    clock = SkippingClock()
+    link = make_link(clock=clock)
     peer = make_peer(link.address[1])
     for i in range(3):
         feed(link, 10.0 + i * 0.01)
         peer.step()
     feed(link, 10.05)
+    clock.skip(3.0)  # SITL takes seconds to start again
     with caplog.at_level(logging.WARNING):
         peer.frame_count = 0
         reply = peer.step()
@@ -226,12 +254,28 @@ def test_strangers_are_ignored_while_the_peer_lives(make_link, make_peer, caplog
     feed(link, 1.0)
     sitl.step()
     with caplog.at_level(logging.WARNING):
-        stranger.send(frame_count=0)
+        stranger.send(frame_count=40)
         assert stranger.receive(0.3) is None
     assert wait_for(lambda: link.stats.strangers == 1)
     assert 'Two SITL instances on one port' in caplog.text
     feed(link, 1.001)
     assert sitl.step()['timestamp'] == pytest.approx(0.001)
+
+
+def test_a_sitl_restarted_from_a_new_port_is_served_at_once(make_link, make_peer, caplog):
+    # A restarted SITL sends from a new port, starting at frame 0: no stranger, no wait.
+    link = make_link()
+    old, new = make_peer(link.address[1]), make_peer(link.address[1])
+    for i in range(3):
+        feed(link, 1.0 + i * 0.01)
+        old.step()
+    feed(link, 1.05)
+    with caplog.at_level(logging.WARNING):
+        reply = new.step(timeout=0.5)
+    assert reply['timestamp'] == 0.0
+    assert link.peer == new.address
+    assert 'SITL restarted at' in caplog.text and 'Two SITL' not in caplog.text
+    assert wait_for(lambda: link.stats.restarts == 1) and link.stats.strangers == 0
 
 
 def test_new_address_takes_over_after_silence(make_link, make_peer, caplog):
@@ -242,6 +286,7 @@ def test_new_address_takes_over_after_silence(make_link, make_peer, caplog):
         old.step()
     time.sleep(0.3)
     feed(link, 1.05)
+    new.frame_count = 3  # the same SITL, seen from a new address mid-flight
     with caplog.at_level(logging.WARNING):
         reply = new.step()
     assert reply['timestamp'] == 0.0
@@ -615,7 +660,8 @@ class GuessingEngine:
 def test_a_frame_that_repeats_the_pwm_is_answered_on_arrival_with_the_step_ahead(make_link,
                                                                                  make_peer):
     engine = GuessingEngine()
-    link = make_link(on_frame=engine.on_frame)
+    clock = SkippingClock()
+    link = make_link(on_frame=engine.on_frame, clock=clock)
     link.step_ahead = engine.step_ahead
     peer = make_peer(link.address[1])
     pwm = [[1500] * 16] * 3 + [[1600] * 16] * 2 + [[1500] * 16]
@@ -626,6 +672,7 @@ def test_a_frame_that_repeats_the_pwm_is_answered_on_arrival_with_the_step_ahead
         [5.001 + k / 1000 for k in range(6)], abs=1e-9)
     # Frames 1, 2 and 4 repeat the PWM before them; SITL resending frame 5 gets its reply.
     assert link.stats.answered_on_arrival == 3
+    clock.skip(RESEND_INTERVAL)
     peer.send(frame_count=5, pwm=pwm[-1])
     assert parse_reply(peer.receive())['timestamp'] == pytest.approx(0.005, abs=1e-9)
     assert wait_for(lambda: link.stats.replied == link.stats.received == 7)
@@ -645,7 +692,8 @@ def test_a_frame_answered_on_arrival_keeps_its_reply_whatever_its_handling_gives
     # one reply a frame, never a second or a wait, and SITL's resend gets the same bytes.
     engine = GuessingEngine(honest=fault != 'rule broken')
     engine.fail_at = 2 if fault == 'on_frame raised' else None
-    link = make_link(on_frame=engine.on_frame)
+    clock = SkippingClock()
+    link = make_link(on_frame=engine.on_frame, clock=clock)
     link.step_ahead = engine.step_ahead
     peer = make_peer(link.address[1])
     sent = []
@@ -655,9 +703,10 @@ def test_a_frame_answered_on_arrival_keeps_its_reply_whatever_its_handling_gives
     assert peer.receive(timeout=0.3) is None  # one reply a frame, never a second
     assert [parse_reply(r)['timestamp'] for r in sent] == pytest.approx(
         [0.0, 0.001, 0.002, 0.003], abs=1e-9)
+    clock.skip(RESEND_INTERVAL)
     peer.send(frame_count=3)
     assert peer.receive() == sent[3]
-    assert wait_for(lambda: link.stats.replied == link.stats.received == 5)
+    assert wait_for(lambda: link.stats.replied == link.stats.received == 5), link.stats
     # Frames 1 and 2 (rule broken: 1 and 3): no step ahead follows a frame whose handling
     # did not take its reply.
     assert link.stats.unanswered == 0 and link.stats.answered_on_arrival == 2

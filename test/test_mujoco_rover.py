@@ -278,8 +278,7 @@ def test_the_mujoco_command_drives_the_shipped_rover_by_name():
                                  text=True)) as process:
         peer = SitlPeer(port)
         try:
-            replies = peer.lock_step(1200, [1500, 1500, 1600] + [1500] * 13, timeout=30.0,
-                                     wait=0.5)
+            replies = peer.lock_step(1200, [1500, 1500, 1600] + [1500] * 13, timeout=30.0)
         finally:
             peer.close()
         process.send_signal(signal.SIGINT)

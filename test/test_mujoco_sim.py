@@ -174,6 +174,11 @@ def test_a_real_time_factor_out_of_range_is_one_fatal_line(value):
     ('imu_rate:=.inf', 'imu_rate: expected a finite number, got inf'),
     ('odom_rate:=.nan', 'odom_rate: expected a finite number, got nan'),
     ('vehicles:=65', 'vehicles: 65 is above the maximum 64'),
+    # A number where a list goes: a TypeError traceback ('int' object is not iterable).
+    ('wind:=5', 'wind: 5 is not a list of numbers'),
+    # Of another type than declared: an InvalidParameterTypeException traceback.
+    ('vehicles:=2.5', 'vehicles'),
+    ('vehicle:=3', 'vehicle'),
 ])
 def test_a_number_that_cannot_work_is_one_fatal_line(parameter, message):
     with reaped(simulator('/badnumber', parameter)) as process:

@@ -13,8 +13,8 @@ from nav_msgs.msg import Odometry  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
-from sensor_msgs.msg import Imu  # noqa: E402
-from std_msgs.msg import Float64MultiArray, UInt16MultiArray  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 from ardupilot_json_bridge.config import ConfigError  # noqa: E402
 from ardupilot_json_bridge.ros.node import JsonSitlBridge  # noqa: E402
@@ -154,7 +154,7 @@ def test_node_publishes_commands_reliably(harness):
     received, pwm = [], []
     harness.sim.create_subscription(Float64MultiArray, '/rover/wheels', received.append,
                                     RELIABLE)
-    harness.sim.create_subscription(UInt16MultiArray, '/rover/servo_pwm', pwm.append, RELIABLE)
+    harness.sim.create_subscription(JointState, '/rover/servo_pwm', pwm.append, RELIABLE)
     peer = SitlPeer(port)
     frame_pwm = [1000, 1000, 2000] + [0] * 13
     try:
@@ -172,7 +172,7 @@ def test_node_publishes_commands_reliably(harness):
     assert received, (f'no command in 10 s: {peer.frame_count} frames answered, link '
                       f'{harness.nodes[-1].link.stats.summary()}')
     assert list(received[-1].data) == [2.0, 2.0]
-    assert pwm and list(pwm[-1].data)[:3] == [1000, 1000, 2000]
+    assert pwm and list(pwm[-1].position)[:3] == [1000, 1000, 2000]
 
 
 def test_servo_pwm_carries_every_new_frame_and_the_commands_are_throttled(harness):
@@ -182,27 +182,35 @@ def test_servo_pwm_carries_every_new_frame_and_the_commands_are_throttled(harnes
                       'outputs.wheels.topic': 'wheels', 'outputs.wheels.channels': [3]})
     deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
     recorded, commands = [], []
-    harness.sim.create_subscription(UInt16MultiArray, '/rec/servo_pwm', recorded.append, deep)
+    harness.sim.create_subscription(JointState, '/rec/servo_pwm', recorded.append, deep)
     harness.sim.create_subscription(Float64MultiArray, '/rec/wheels', commands.append, deep)
     peer = SitlPeer(port)
     held = [1000, 1000, 1600] + [0] * 13     # SITL holds its outputs: the PWM never changes
+    replies = []
     try:
-        replies, stamp, deadline = 0, 100.0, time.monotonic() + 20.0
-        while replies < 200 and time.monotonic() < deadline:
+        stamp, deadline = 100.0, time.monotonic() + 20.0
+        while len(replies) < 200 and time.monotonic() < deadline:
             stamp += 0.002
             harness.publish_motion('rec', stamp, 0.0)
             peer.send(pwm=held)
-            if peer.receive(0.2) is not None:
-                replies += 1
+            datagram = peer.receive(0.2)
+            if datagram is not None:
+                replies.append(parse_reply(datagram))
                 peer.frame_count += 1
     finally:
         peer.close()
-    assert replies == 200
-    # Every new frame (each frame_count SITL sent) is on servo_pwm, once, with its PWM.
-    assert wait_until(lambda: len(recorded) >= peer.frame_count), (len(recorded), replies)
+    assert len(replies) == 200
+    # Every new frame SITL sent after the first reply is on servo_pwm, once, with its PWM,
+    # stamped with the physics time of the reply SITL computed it from: the first frame's
+    # reply (at physics time origin, its timestamp 0) stamps the second frame, and so on.
+    assert wait_until(lambda: len(recorded) >= peer.frame_count - 1), (len(recorded), replies)
     time.sleep(0.2)
-    assert len(recorded) == peer.frame_count
-    assert all(list(message.data) == held for message in recorded)
+    assert len(recorded) == peer.frame_count - 1
+    assert all(list(message.position) == held for message in recorded)
+    stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in recorded]
+    # (A reply late on a loaded machine comes twice: SITL's resent frame is answered again.)
+    served = sorted({r['timestamp'] for r in replies})
+    assert [s - stamps[0] for s in stamps] == pytest.approx(served[:len(stamps)], abs=2e-9)
     # The commands: the first frame's, then at most one per 20 ms while the PWM holds.
     assert 1 <= len(commands) < len(recorded)
 
@@ -230,7 +238,7 @@ def test_a_backlog_raised_while_running_is_applied_by_the_link_process(harness):
             time.sleep(0.002)
         while peer.receive(0.5) is not None:
             pass                             # replies to frame 0 sent again while it waited
-        replies = peer.lock_step(5, timeout=10.0, wait=0.3)
+        replies = peer.lock_step(5, timeout=10.0)
     finally:
         peer.close()
     assert len(replies) == 5, node.link.stats.summary()
@@ -250,6 +258,39 @@ def test_node_reports_diagnostics(harness):
     assert 'waiting for SITL' in link.message
     assert names['uav3/json_sitl_bridge: input imu'].level == b'\x02'
     assert node.link.stats.received == 0
+
+
+def test_diagnostics_before_the_first_clock_are_stamped_with_the_wall_clock(harness):
+    node = harness.bridge('early', port=free_udp_port(), use_sim_time=True)
+    reports = []
+    harness.sim.create_subscription(DiagnosticArray, '/diagnostics', reports.append, RELIABLE)
+    assert wait_until(lambda: reports, 5.0)
+    assert node.get_clock().now().nanoseconds == 0      # no /clock yet
+    stamp = reports[-1].header.stamp
+    assert abs(stamp.sec + stamp.nanosec * 1e-9 - time.time()) < 5.0, stamp
+
+
+def test_a_node_with_no_output_groups_says_so():
+    import signal
+    import subprocess
+    import sys
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'ardupilot_json_bridge.ros.node', '--ros-args', '-p',
+         f'port:={free_udp_port()}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if 'listening on UDP' in line:
+                break
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=15)
+    warnings = [line for line in lines + output.splitlines() if 'no output groups' in line]
+    assert len(warnings) == 1 and warnings[0].startswith('[WARN]'), lines
+    assert 'no actuator command is published' in warnings[0]
+    assert process.returncode == 0
 
 
 def test_two_vehicles_do_not_interfere(harness):
@@ -322,6 +363,25 @@ def test_recorded_topics_through_the_node_give_the_motion_on_sitls_grid(harness,
         assert reply['imu.gyro'] == pytest.approx((0.0, 0.0, -motion.yaw_rate), abs=1e-6)
 
 
+def test_an_absolute_topic_is_taken_and_remapped(harness):
+    # A ros_gz world's absolute odometry topic, remapped onto the stand-in's /abs/odom.
+    port = free_udp_port()
+    node = JsonSitlBridge(namespace='abs', cli_args=[
+        '--ros-args', '-r', '/model/quad/odometry:=/abs/odom', '-p', f'port:={port}',
+        '-p', 'odom_topic:=/model/quad/odometry'])
+    harness.executor.add_node(node)
+    harness.nodes.append(node)
+    topics = {s.topic_name for s in node.subscriptions}
+    assert '/abs/odom' in topics and '/model/quad/odometry' not in topics, topics
+    assert node.monitor.topics['odometry'] == '/abs/odom'
+    peer = SitlPeer(port)
+    try:
+        replies = serve(harness, peer, 'abs', 5.0)
+    finally:
+        peer.close()
+    assert replies and replies[-1]['position'] == pytest.approx((0.0, 5.0, -2.0))
+
+
 def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, 'actuator_msgs', None)
@@ -339,8 +399,10 @@ def test_actuators_group_is_refused_without_actuator_msgs(harness, monkeypatch):
     (['-p', 'instance:=-3'], 'out of range'),
     # The descriptor's range is the ports': 9002 + 10 x 5654 is past 65535.
     (['-p', 'instance:=5654'], 'out of range'),
-    (['-p', 'odom_topic:=/absolute/odom'], 'is absolute'),
+    (['-p', 'odom_topic:=bad topic'], 'Invalid topic name'),
     (['-p', 'port:=PORT'], 'is already in use'),
+    # rcl refusing its arguments in rclpy.init: an RCLError traceback.
+    (['--params-file', '/nonexistent/quad_x.yaml'], "Couldn't parse params file"),
 ])
 def test_bad_start_is_one_fatal_line_and_exit_1(arguments, message):
     import socket

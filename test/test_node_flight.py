@@ -19,6 +19,7 @@ pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from ardupilot_json_bridge.messages.cdr import decode_odometry  # noqa: E402
 from conftest import reaped  # noqa: E402
+from ros2_tools import free_instances  # noqa: E402
 import sitl_flight  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
@@ -76,7 +77,7 @@ def start(*arguments: str, environment: dict) -> subprocess.Popen:
 def test_real_arducopter_flies_through_the_node(imu_rate, odom_rate):
     domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ)
-    instance = 2
+    (instance,) = free_instances(1)  # another suite's SITL may hold a fixed one
     with reaped(start('mujoco-sim', '--ros-args', '-r', '__ns:=/quad', '-p',
                       f'imu_rate:={imu_rate}.0', '-p', f'odom_rate:={odom_rate}.0',
                       '-p', sitl_flight.PACED,

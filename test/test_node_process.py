@@ -8,6 +8,7 @@ and no cross-talk between two namespaces.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -149,7 +150,7 @@ def test_the_node_process_end_to_end(stop_signal):
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port)) as node:
-            replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0)
             assert len(replies) == 200, node.stdout.read() if node.poll() is not None else ''
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
             assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
@@ -194,7 +195,7 @@ def test_a_node_on_the_wall_clock_names_the_simulated_stamps():
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port, sim_time=False)) as node:
-            assert len(peer.lock_step(50, [1500] * 16, timeout=30.0, wait=0.5)) == 50
+            assert len(peer.lock_step(50, [1500] * 16, timeout=30.0)) == 50
             assert wait_for(lambda: 'gravity' in conventions_values(simulator, 'uav1'),
                             timeout=20.0)
             check = conventions_values(simulator, 'uav1')['time: stamps against the clock']
@@ -217,7 +218,7 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
                 reaped(start_node('uav2', ports['uav2'])) as second:
             for ns, peer in peers.items():
                 pwm = [pwms[ns]] * 4 + [1000] * 12
-                replies = peer.lock_step(100, pwm, timeout=30.0, wait=0.5)
+                replies = peer.lock_step(100, pwm, timeout=30.0)
                 assert len(replies) == 100
                 assert {r['position'][1] for r in replies} == {easts[ns]}
             for ns in peers:
@@ -231,6 +232,42 @@ def test_two_namespaces_on_two_ports_do_not_cross_talk():
     finally:
         for peer in peers.values():
             peer.close()
+        simulator.close()
+
+
+def child_pids(pid: int) -> List[int]:
+    """Return the process ids of pid's children (Linux /proc)."""
+    children = []
+    for task in os.listdir(f'/proc/{pid}/task'):
+        with open(f'/proc/{pid}/task/{task}/children') as stream:
+            children += [int(child) for child in stream.read().split()]
+    return children
+
+
+def test_the_link_process_killed_is_said_on_diagnostics_then_the_node_exits_1():
+    port = free_udp_port()
+    simulator = Simulator({'uav4': 0.0})
+    try:
+        with reaped(start_node('uav4', port)) as node:
+            def link_statuses():
+                return [status for report in simulator.diagnostics for status in report.status
+                        if status.name == 'uav4/json_sitl_bridge: SITL link']
+            assert wait_for(link_statuses, 30.0), node.stdout.read() if node.poll() else ''
+            (link_process,) = child_pids(node.pid)
+            os.kill(link_process, signal.SIGKILL)
+            output, _ = node.communicate(timeout=15)
+        assert node.returncode == 1, output
+        assert wait_for(lambda: link_statuses()[-1].level == b'\x02', 5.0)
+        assert link_statuses()[-1].message == ('the link process was killed by SIGKILL: SITL '
+                                               'is no longer served')
+        fatal = [line for line in output.splitlines() if 'FATAL' in line]
+        assert len(fatal) == 1 and 'killed by SIGKILL' in fatal[0], output
+        assert 'Traceback' not in output
+        # The port is free again.
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(('127.0.0.1', port))
+        probe.close()
+    finally:
         simulator.close()
 
 
@@ -260,8 +297,7 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
     try:
         with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)) as node:
-            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0,
-                                     wait=0.5)
+            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0)
             assert len(replies) == 100
             assert wait_for(lambda: received)
             node.send_signal(signal.SIGTERM)
@@ -271,7 +307,11 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
         assert list(message.velocity) == pytest.approx(
             [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
         assert len(message.position) == 0 and len(message.normalized) == 0
-        assert message.header.stamp.sec + message.header.stamp.nanosec > 0  # simulated time
+        # The physics time of a state the simulator published (on its 4 ms steps), and the
+        # body's frame.
+        stamp_ns = message.header.stamp.sec * 10**9 + message.header.stamp.nanosec
+        assert stamp_ns > 0 and stamp_ns % round(STEP * 1e9) == 0, stamp_ns
+        assert message.header.frame_id == 'base_link'
     finally:
         peer.close()
         simulator.close()
@@ -297,10 +337,10 @@ def test_odometry_on_the_wall_clock_is_one_error_and_replies_resume_on_the_imus_
     peer = SitlPeer(port)
     try:
         with reaped(start_node('uav1', port)) as node:
-            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0)) == 20
             simulator.odometry_on_wall_clock = True
             drain(peer)
-            assert peer.lock_step(1, [1500] * 16, timeout=3.0, wait=0.5) == []
+            assert peer.lock_step(1, [1500] * 16, timeout=3.0) == []
 
             def odometry_errors():
                 return [s for s in statuses_of(simulator, 'uav1/json_sitl_bridge: input odometry')
@@ -311,7 +351,7 @@ def test_odometry_on_the_wall_clock_is_one_error_and_replies_resume_on_the_imus_
             assert 'wall-clock time' in message and 'IMU' in message, message
             assert 'use_sim_time:=true' in message, message
             simulator.odometry_on_wall_clock = False
-            replies = peer.lock_step(20, [1500] * 16, timeout=10.0, wait=0.5)
+            replies = peer.lock_step(20, [1500] * 16, timeout=10.0)
             assert len(replies) == 20
             assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))
             node.send_signal(signal.SIGTERM)
@@ -332,13 +372,13 @@ def test_a_simulator_that_resets_its_clock_mid_flight_is_followed_and_named():
     try:
         # A patient SITL: a peer in Python may lag the simulator, and must not skip ahead here.
         with reaped(start_node('uav1', port, True, 'max_backlog:=10.0')) as node:
-            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0, wait=0.5)) == 20
+            assert len(peer.lock_step(20, [1500] * 16, timeout=30.0)) == 20
             drain(peer)     # replies to the first frame, sent again while the node started
-            replies = peer.lock_step(200, [1500] * 16, timeout=30.0, wait=2.0)
+            replies = peer.lock_step(200, [1500] * 16, timeout=30.0)
             # The clock goes back while the peer steps on, so while a frame waits for physics.
             jump = threading.Timer(0.1, simulator.jump_back, args=(15.0,))
             jump.start()
-            replies += peer.lock_step(600, [1500] * 16, timeout=30.0, wait=2.0)
+            replies += peer.lock_step(600, [1500] * 16, timeout=30.0)
             jump.join()
             assert wait_for(lambda: simulator.jumps == 1)
             node.send_signal(signal.SIGTERM)
@@ -395,3 +435,42 @@ def test_run_node_shuts_its_executor_down_before_rclpy():
     assert lines[-1:] == ['exit 0'], result.stdout + result.stderr
     assert set(lines[:-1]) == {'executors live at rclpy shutdown: 0'}, result.stdout
     assert 'Traceback' not in result.stderr, result.stderr
+
+
+SIGNAL_STORM = """
+import sys
+import rclpy
+from ardupilot_json_bridge.ros.node import run_node
+
+
+def ticking_node():
+    node = rclpy.create_node('storm')
+    node.create_timer(0.01, lambda: None)
+    print('up', flush=True)
+    return node
+
+
+sys.exit(run_node(ticking_node, 'storm', ()))
+"""
+
+
+def test_a_storm_of_signals_ends_the_node_cleanly():
+    """
+    End the node with exit 0 whenever signals land, through its cleanup and Python's exit.
+
+    The handlers take no lock, and a late SIGTERM is ignored, not fatal.
+    """
+    for attempt in range(5):
+        process = subprocess.Popen([sys.executable, '-c', SIGNAL_STORM],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with reaped(process):
+            assert process.stdout.readline().strip() == 'up', process.stdout.read()
+            time.sleep(0.2)
+            for number in [signal.SIGTERM, signal.SIGINT] * 1000:
+                try:
+                    os.kill(process.pid, number)
+                except ProcessLookupError:
+                    break
+            output, _ = process.communicate(timeout=20)
+        assert process.returncode == 0, (attempt, process.returncode, output)
+        assert 'Traceback' not in output, output

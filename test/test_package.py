@@ -27,12 +27,12 @@ def test_package_xml_is_format_3_ament_python_with_dependencies():
     assert all('@' in m.email for m in package.maintainers)
 
 
-def test_resource_marker_and_setup_cfg_script_dir():
+def test_resource_marker_and_no_script_dir_in_setup_cfg():
     assert os.path.isfile(os.path.join(ROOT, 'resource', 'ardupilot_json_bridge'))
     with open(os.path.join(ROOT, 'setup.cfg')) as cfg:
         text = cfg.read()
-    assert 'script_dir=$base/lib/ardupilot_json_bridge' in text
-    assert 'install_scripts=$base/lib/ardupilot_json_bridge' in text
+    # setuptools reads setup.cfg for pip's `setup.py develop` too (pip 22): see setup.py.
+    assert 'script_dir' not in text and 'install_scripts' not in text
 
 
 def setup_arguments(*argv: str) -> dict:
@@ -44,24 +44,76 @@ def setup_arguments(*argv: str) -> dict:
          f'sys.argv = {["setup.py", *argv]!r}\n'
          'runpy.run_path("setup.py")\n'
          'print(json.dumps({"data": captured["data_files"],'
+         ' "options": captured.get("options", {}),'
          ' "scripts": captured["entry_points"]["console_scripts"]}))'],
         cwd=ROOT, capture_output=True, text=True, check=True)
     import json
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize('argv, ros_executables', [
-    (('install', '--prefix', '/opt/ws/install'), True),   # colcon build
-    (('develop', '--editable'), True),                     # colcon build --symlink-install
+# The command lines colcon-core 0.21 (python/build.py) and pip 22.0.2
+# (utils/setuptools_build.py) run setup.py with.
+COLCON_INSTALL = ('egg_info', '--egg-base', '../../build/ardupilot_json_bridge', 'build',
+                  '--build-base', '/ws/build/ardupilot_json_bridge/build', 'install',
+                  '--record', '/ws/build/ardupilot_json_bridge/install.log',
+                  '--single-version-externally-managed', 'install_data')
+COLCON_DEVELOP = ('develop', '--editable', '--build-directory',
+                  '/ws/build/ardupilot_json_bridge/build', '--no-deps', 'symlink_data')
+PIP22_DEVELOP = ('develop', '--no-deps')
+PIP22_LEGACY_INSTALL = ('install', '--record', '/tmp/pip-record-x/install-record.txt',
+                        '--single-version-externally-managed', '--compile',
+                        '--install-headers', '/venv/include/site/python3.10/x')
+
+
+@pytest.mark.parametrize('argv, for_colcon', [
+    (COLCON_INSTALL, True),
+    (COLCON_DEVELOP, True),
+    (PIP22_DEVELOP, False),                                # pip 22: pip install -e .
+    (PIP22_LEGACY_INSTALL, False),                         # pip 22 without wheel: pip install .
     (('bdist_wheel',), False),                             # pip install .
-    (('editable_wheel',), False),                          # pip install -e .
+    (('editable_wheel',), False),                          # pip install -e . (PEP 660)
     (('egg_info',), False),
 ])
-def test_ros_executables_only_for_colcon(argv, ros_executables):
-    scripts = ' '.join(setup_arguments(*argv)['scripts'])
+def test_ros_executables_and_lib_script_dir_only_for_colcon(argv, for_colcon):
+    arguments = setup_arguments(*argv)
+    scripts = ' '.join(arguments['scripts'])
     assert 'ardupilot-json-bridge = ardupilot_json_bridge.cli:main' in scripts
-    assert ('bridge = ardupilot_json_bridge.ros.node:main' in scripts) == ros_executables
-    assert ('mujoco_sim = ardupilot_json_bridge.ros.mujoco_sim:main' in scripts) == ros_executables
+    assert ('bridge = ardupilot_json_bridge.ros.node:main' in scripts) == for_colcon
+    assert ('mujoco_sim = ardupilot_json_bridge.ros.mujoco_sim:main' in scripts) == for_colcon
+    lib = '$base/lib/ardupilot_json_bridge'  # where `ros2 run` looks
+    expected = ({'develop': {'script_dir': lib}, 'install': {'install_scripts': lib}}
+                if for_colcon else {})
+    assert arguments['options'] == expected
+
+
+PIP_22 = 'pip==22.0.2'  # Ubuntu 22.04's, so ROS 2 Humble's
+
+
+def test_pip_22_editable_install_puts_the_command_on_path(tmp_path):
+    venv = tmp_path / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True)
+    python = str(venv / 'bin' / 'python')
+    # pip 22 runs on Python 3.10 and 3.11 and needs setuptools in the venv (3.12 has none).
+    got = subprocess.run([python, '-m', 'pip', 'install', '--quiet', PIP_22, 'setuptools'],
+                         capture_output=True, text=True, timeout=300)
+    if got.returncode:
+        pytest.skip(f'{PIP_22} not installable here: {got.stderr.strip().splitlines()[-1:]}')
+    version = subprocess.run([python, '-m', 'pip', '--version'], capture_output=True,
+                             text=True, check=True).stdout
+    assert version.startswith('pip 22.0.2 ')
+    # --no-deps: where the script goes does not depend on them, and installing numpy is slow.
+    subprocess.run([python, '-m', 'pip', 'install', '--quiet', '--no-deps', '-e', ROOT],
+                   check=True, timeout=300)
+    bin_dir = venv / 'bin'
+    assert sorted(p.name for p in bin_dir.iterdir() if 'bridge' in p.name or 'mujoco' in p.name
+                  ) == ['ardupilot-json-bridge']
+    assert not (venv / 'lib' / 'ardupilot_json_bridge').exists()
+    found = subprocess.run(['sh', '-c', 'command -v ardupilot-json-bridge'],
+                           env={**os.environ, 'PATH': f'{bin_dir}{os.pathsep}/usr/bin:/bin'},
+                           capture_output=True, text=True)
+    assert found.stdout.strip() == str(bin_dir / 'ardupilot-json-bridge')
+    with open(found.stdout.strip()) as script:
+        assert script.readline().strip() == f'#!{python}'
 
 
 def test_a_pip_wheel_puts_no_plain_bridge_on_path(tmp_path):
@@ -79,7 +131,7 @@ def test_a_pip_wheel_puts_no_plain_bridge_on_path(tmp_path):
 
 
 def test_setup_installs_launch_config_and_entry_points():
-    installed = setup_arguments('install')
+    installed = setup_arguments(*COLCON_INSTALL)
     files = {os.path.join(target, os.path.basename(f))
              for target, sources in installed['data'] for f in sources}
     share = 'share/ardupilot_json_bridge'

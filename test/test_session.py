@@ -13,17 +13,47 @@ def answered(session, frame, stamp, sequence=1):
     return timestamp
 
 
+def answered_at(session, frame, stamp, now):
+    """Record frame's reply as the link does, its sending at monotonic time now."""
+    answered(session, frame, stamp)
+    session.replied_at = now
+
+
 def test_classification():
     session = SitlSession()
-    assert session.classify(0).kind is FrameKind.FIRST
-    assert session.classify(0).kind is FrameKind.RETRY
-    answered(session, 0, 50.0)
-    assert session.classify(0).kind is FrameKind.DUPLICATE
-    verdict = session.classify(1)
+    assert session.classify(0, 10.0).kind is FrameKind.FIRST
+    assert session.classify(0, 10.1).kind is FrameKind.RETRY
+    answered_at(session, 0, 50.0, now=10.2)
+    # SITL resends 1.1 s after its frame: a repeat 0.2 s after the reply is a copy.
+    assert session.classify(0, 10.4).kind is FrameKind.DUPLICATE
+    assert session.classify(0, 11.3).kind is FrameKind.RESENT
+    verdict = session.classify(1, 11.4)
     assert (verdict.kind, verdict.lost) == (FrameKind.NEW, 0)
-    verdict = session.classify(5)
+    verdict = session.classify(5, 11.5)
     assert (verdict.kind, verdict.lost) == (FrameKind.NEW, 3)
-    assert session.classify(2).kind is FrameKind.RESTART
+
+
+def test_a_lower_count_is_late_and_changes_nothing_unless_it_is_frame_0():
+    session = SitlSession()
+    session.classify(1198, 100.0)
+    session.classify(1199, 100.001)
+    # A late copy of frame 1100: not a restart, and frame 1199 is still the last.
+    assert session.classify(1100, 100.002).kind is FrameKind.LATE
+    assert session.last_frame == 1199
+    verdict = session.classify(1200, 100.003)
+    assert (verdict.kind, verdict.lost) == (FrameKind.NEW, 0)
+    # Frame 0: SITL started again (seconds after this session's first frame).
+    assert session.classify(0, 130.0).kind is FrameKind.RESTART
+
+
+def test_frame_0_again_just_after_the_session_began_is_a_late_copy():
+    session = SitlSession()
+    session.classify(0, 5.0)
+    session.classify(1, 5.001)
+    session.classify(2, 5.002)
+    # Reordered on the way: SITL cannot have restarted within RESEND_MIN of starting.
+    assert session.classify(0, 5.003).kind is FrameKind.LATE
+    assert session.last_frame == 2
 
 
 def test_time_starts_at_zero_per_session():

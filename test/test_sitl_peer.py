@@ -1,11 +1,15 @@
 """The test SITL peer must tell a good reply from a bad one, or the other tests prove little."""
 
+import dataclasses
 import re
+import socket
+import threading
+import time
 
 import pytest
 
-from ardupilot_json_bridge.core.protocol import encode_reply, SensorReply
-from sitl_peer import parse_reply, SitlRejected
+from ardupilot_json_bridge.core.protocol import decode_servo_packet, encode_reply, SensorReply
+from sitl_peer import parse_reply, RESEND_INTERVAL, SecondReply, SitlPeer, SitlRejected
 
 REPLY = SensorReply(
     timestamp=1.5, gyro=(0.1, 0.2, 0.3), accel_body=(0.0, 0.0, -9.80665),
@@ -67,3 +71,55 @@ def test_missing_mandatory_key_fails():
 def test_true_reads_as_false():
     parsed = parse_reply(GOOD.replace('}\n', ',"no_time_sync":true}\n').encode())
     assert parsed['no_time_sync'] is False
+
+
+class ScriptedBridge:
+    """A bridge stand-in: answers frame k with replies[k] copies of a reply at time k ms."""
+
+    def __init__(self, replies):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.settimeout(5.0)
+        self.replies = replies
+        self.arrivals = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        try:
+            while True:
+                data, sender = self.sock.recvfrom(1024)
+                frame = decode_servo_packet(data).frame_count
+                self.arrivals.append((frame, time.monotonic()))
+                copies = self.replies.get(frame, 1)
+                self.replies[frame] = 1  # a resend is answered once
+                reply = encode_reply(dataclasses.replace(REPLY, timestamp=frame / 1000))[0]
+                for _ in range(copies):
+                    self.sock.sendto(reply, sender)
+        except OSError:
+            return
+
+
+def test_the_peer_fails_on_a_second_reply_to_a_frame():
+    bridge = ScriptedBridge({1: 2})
+    peer = SitlPeer(bridge.sock.getsockname()[1])
+    try:
+        with pytest.raises(SecondReply, match='frame 2'):
+            peer.lock_step(4, timeout=5.0)
+    finally:
+        peer.close()
+        bridge.sock.close()
+
+
+def test_the_peer_resends_an_unanswered_frame_after_sitls_interval():
+    bridge = ScriptedBridge({0: 0})
+    peer = SitlPeer(bridge.sock.getsockname()[1])
+    try:
+        replies = peer.lock_step(2, timeout=5.0)
+    finally:
+        peer.close()
+        bridge.sock.close()
+    assert [r['timestamp'] for r in replies] == [0.0, 0.001]
+    (first, sent), (again, resent) = bridge.arrivals[:2]
+    assert first == again == 0 and peer.resends == 1
+    assert resent - sent >= RESEND_INTERVAL - 0.01

@@ -11,6 +11,7 @@ rclpy = pytest.importorskip('rclpy', reason='needs ROS 2 (Humble or Jazzy) sourc
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402, I100, I202
 from rclpy.task import Future  # noqa: E402
 
+from ardupilot_json_bridge.core.wakeup import Wakeup  # noqa: E402
 from ardupilot_json_bridge.ros.node import spin_until_shutdown  # noqa: E402
 
 # Timer callbacks between the two measurements; rclpy's spin_until_future_complete added a
@@ -27,7 +28,7 @@ def test_spinning_until_stopped_holds_no_memory_per_callback():
     executor.add_node(node)
     calls = [0]
     node.create_timer(0.0002, lambda: calls.__setitem__(0, calls[0] + 1))
-    stopped, stop, failure = Future(executor=executor), threading.Event(), []
+    stopped, stop, failure = Future(executor=executor), Wakeup(), []
     spinner = threading.Thread(target=spin_until_shutdown, daemon=True,
                                args=(executor, stopped, stop, failure))
     tracemalloc.start()
@@ -44,6 +45,7 @@ def test_spinning_until_stopped_holds_no_memory_per_callback():
         tracemalloc.stop()
         stopped.set_result(None)
         spinner.join(5.0)
+        stop.close()
         executor.shutdown(timeout_sec=0)
         node.destroy_node()
         rclpy.shutdown()

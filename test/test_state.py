@@ -583,3 +583,17 @@ def test_odometry_not_yet_looped_after_the_imu_is_no_other_clock():
     state.push_odometry(odometry(47.3))
     result = state.wait_for_stamp(44.285, 0.0)
     assert isinstance(result, Unavailable) and result.level == logging.ERROR, result
+
+
+def test_messages_missing_from_a_fixed_rate_source_are_counted_by_their_stamps():
+    # IMU at 1 kHz with 3 messages lost after 5 ms and 2 after 20 ms; odometry at 250 Hz whole;
+    # a 5 s pause (a jump) is no drop. Stamps in ms, as integers, to keep the steps exact.
+    state = SensorState(StateSettings(), clock=FakeClock())
+    imu_ms = [ms for ms in range(0, 41) if ms not in (6, 7, 8, 21, 22)] + [5040, 5041]
+    for ms in imu_ms:
+        state.push_imu(imu(ms / 1000))
+    for ms in range(0, 41, 4):
+        state.push_odometry(odometry(ms / 1000))
+    assert state.meters['imu'].missed == 5
+    assert state.meters['imu'].stamp_step == pytest.approx(0.001)
+    assert state.meters['odometry'].missed == 0

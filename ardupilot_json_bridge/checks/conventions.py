@@ -33,6 +33,9 @@ from ardupilot_json_bridge.core.frames import (
 MIN_ROTATION = 0.2
 MIN_ACCELERATION = 0.5
 MIN_SPEED = 0.3
+# Vertical speed (m/s) the IMU's climbing and sinking must swing by for odometry whose height
+# never moves to be named as having none (Gazebo's OdometryPublisher at <dimensions>2).
+MIN_VERTICAL_SWING = 1.0
 # Rotation about a second axis below this share of the first leaves a mounting unfitted.
 ONE_AXIS = 0.2
 DEG_PER_RAD = math.degrees(1.0)
@@ -286,6 +289,7 @@ class ConventionChecker:
             motion = Motion(odometry)
         results.append(self._gravity(imu, motion))
         results.append(self._twist(motion))
+        results.append(self._height(imu, motion))
         results += self._time_checks(imu, motion, clock)
         if len(pwm):
             results.append(layout_check(self.vehicle, advancing(pwm), imu, odometry,
@@ -412,13 +416,17 @@ class ConventionChecker:
         mounting = fitted_rotation(gyro, rates)
         return rms(gyro @ mounting.T - rates), mounting
 
-    def _gravity(self, imu: np.ndarray, motion: 'Motion') -> Check:
-        """Fit R f = alpha a + gamma up: units, sign, gravity and the world's vertical."""
+    def _world_specific_force(self, imu: np.ndarray, motion: 'Motion') -> np.ndarray:
+        """Return the IMU's specific force turned into the world by the odometry's attitude."""
         mounting = self._fitted_mounting
         if mounting is None:
             mounting = degrees_matrix(self.mounting_rpy)
         accel = odometry_paced(imu, motion) @ mounting.T
-        world = np.einsum('nij,nj->ni', motion.inner_rotations, accel)
+        return np.einsum('nij,nj->ni', motion.inner_rotations, accel)
+
+    def _gravity(self, imu: np.ndarray, motion: 'Motion') -> Check:
+        """Fit R f = alpha a + gamma up: units, sign, gravity and the world's vertical."""
+        world = self._world_specific_force(imu, motion)
         acceleration = motion.acceleration
         kept, note = jolts_left_out(world, acceleration, motion.inner_stamps)
         world, acceleration = world[kept], acceleration[kept]
@@ -436,6 +444,28 @@ class ConventionChecker:
         explained = (alpha * acceleration if moving else 0.0) + gamma * up
         horizontal = float(np.max(np.abs(np.mean((world - explained)[:, :2], axis=0))))
         return Check('gravity', *gravity_verdict(alpha, gamma, horizontal, measured))
+
+    def _height(self, imu: np.ndarray, motion: 'Motion') -> Check:
+        """
+        Odometry without height: z and the vertical speed never move while the IMU says so.
+
+        Gazebo's OdometryPublisher publishes no z and no vertical rates at its default
+        <dimensions>2: SITL would fly at height 0, with no wrong sign anywhere else.
+        """
+        height, climb = motion.position[:, 2], motion.twist[:, 2]
+        spread = float(np.ptp(height))
+        if spread > 0.0 or np.any(climb != 0.0):
+            return Check('odometry: height', OK, f'height spans {spread:.2f} m')
+        vertical = self._world_specific_force(imu, motion)[:, 2]
+        swing = vertical_speed_swing(motion.inner_stamps, vertical)
+        measured = (f'height {height[0]:.2f} m and vertical speed 0 throughout, while the IMU '
+                    f'climbs and sinks by {swing:.1f} m/s')
+        if swing > MIN_VERTICAL_SWING:
+            return Check('odometry: height', WRONG, measured,
+                         "publish height and vertical speed: Gazebo's OdometryPublisher needs "
+                         '<dimensions>3 (its default, 2, leaves z and the vertical rates out)')
+        return Check('odometry: height', UNDECIDED, measured + ": a ground vehicle's may be "
+                     'flat; a flying one needs <dimensions>3 in Gazebo')
 
     def _twist(self, motion: 'Motion') -> Check:
         velocity = motion.position_rate
@@ -455,6 +485,22 @@ class ConventionChecker:
         if found != self.twist_frame:
             return Check('twist frame', WRONG, measured, f'odom_twist_frame: {found}')
         return Check('twist frame', OK, measured)
+
+
+def vertical_speed_swing(stamps: np.ndarray, vertical: np.ndarray) -> float:
+    """
+    Return how far (m/s) the vertical speed swings, from the world's vertical specific force.
+
+    Its mean (gravity, and any bias) and the integral's linear drift are taken out: what is
+    left is the climbing and sinking the IMU felt.
+    """
+    if len(stamps) < 3:
+        return 0.0
+    acceleration = vertical - np.mean(vertical)
+    steps = np.diff(stamps) * (acceleration[1:] + acceleration[:-1]) / 2.0
+    speed = np.concatenate([[0.0], np.cumsum(steps)])
+    trend = np.polyval(np.polyfit(stamps - stamps[0], speed, 1), stamps - stamps[0])
+    return float(np.ptp(speed - trend))
 
 
 def degrees_matrix(rpy: Sequence[float]) -> np.ndarray:

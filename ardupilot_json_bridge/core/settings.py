@@ -28,13 +28,19 @@ def sitl_port(instance: int) -> int:
 
 @dataclass(frozen=True)
 class LinkSettings:
-    """Where to listen and how patient to be (seconds of wall time)."""
+    """
+    Where to listen and how patient to be (seconds of wall time).
+
+    peer_timeout: when a stranger may take over the port; hold_timeout: how long a lock-step
+    fleet's world waits for a silent SITL (below SITL's 1.1 s resend interval).
+    """
 
     instance: int = 0
     bind_address: str = '127.0.0.1'
     port: int = 0
     fresh_timeout: float = 0.5
     peer_timeout: float = 2.0
+    hold_timeout: float = 0.5
     no_time_sync: bool = False
     no_lockstep: bool = False
 

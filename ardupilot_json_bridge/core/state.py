@@ -181,6 +181,8 @@ class SensorState:
                                   f'({meter.out_of_order} dropped so far; does the simulator '
                                   'stamp every message with its own physics time?)')
             return False
+        if outcome is Appended.ADDED and newest is not None and name in (IMU, ODOMETRY):
+            meter.note_stamp_gap(stamp - newest)
         return True
 
     def push_imu(self, sample: ImuSample) -> None:

@@ -5,6 +5,10 @@ from typing import Dict, List, Optional, Tuple
 
 LATENCY_WINDOW = 2048
 RATE_SMOOTHING = 0.05
+# A stamp gap this many periods long or more skips messages; one longer than MAX_DROP_GAP (s)
+# is a pause or a jump of the source, not drops.
+STEP_TOLERANCE = 1.5
+MAX_DROP_GAP = 1.0
 
 
 class InputMeter:
@@ -26,6 +30,10 @@ class InputMeter:
         self.fault_is_error = False
         self.last_arrival: Optional[float] = None
         self._interval: Optional[float] = None
+        # Of a fixed-rate source (IMU, odometry): its period by its stamps (the smallest step
+        # seen), and the messages its stamps say never arrived (note_stamp_gap).
+        self.stamp_step: Optional[float] = None
+        self.missed = 0
 
     def record(self, arrival: float) -> None:
         """Count one message that arrived at monotonic time arrival."""
@@ -37,6 +45,21 @@ class InputMeter:
                 self._interval += RATE_SMOOTHING * (interval - self._interval)
         self.count += 1
         self.last_arrival = arrival
+
+    def note_stamp_gap(self, gap: float) -> None:
+        """
+        Count the messages a gap between consecutive stamps of a fixed-rate source skips.
+
+        Subscriptions drop silently (a best-effort queue overflowing while the executor lags,
+        a lost datagram): the stamps are where it shows. A gap over MAX_DROP_GAP is a pause or
+        a jump, not drops.
+        """
+        if gap <= 0.0:
+            return
+        if self.stamp_step is None or gap < self.stamp_step:
+            self.stamp_step = gap
+        elif STEP_TOLERANCE * self.stamp_step < gap <= MAX_DROP_GAP:
+            self.missed += round(gap / self.stamp_step) - 1
 
     def rate(self) -> float:
         """Messages per second, smoothed; 0 before two messages."""
@@ -78,7 +101,15 @@ class LinkStats:
     new_frames: int = 0
     # New frames answered on arrival with a reply encoded ahead (a lock-step engine's guess).
     answered_on_arrival: int = 0
+    # Faults of the wire and of SITL's session, each counted apart:
+    # late: a lower frame_count that is no restart (late or reordered), not answered;
+    # duplicates: a repeat of the frame answered, too soon to be SITL's resend, not answered;
+    # resent: SITL's resend of the frame answered (its reply was lost), answered again;
+    # lost: frame_count gaps (frames SITL sent that never arrived; a reordered one counts too);
+    # strangers: servo packets from another address while the link is locked to its SITL.
+    late: int = 0
     duplicates: int = 0
+    resent: int = 0
     lost: int = 0
     restarts: int = 0
     rejected: int = 0
@@ -97,7 +128,7 @@ class LinkStats:
         return {
             'received': self.received, 'replied': self.replied,
             'new_frames': self.new_frames, 'answered_on_arrival': self.answered_on_arrival,
-            'duplicates': self.duplicates,
+            'late': self.late, 'duplicates': self.duplicates, 'resent': self.resent,
             'lost': self.lost, 'restarts': self.restarts, 'rejected': self.rejected,
             'strangers': self.strangers, 'unanswered': self.unanswered,
             'skipped': self.skipped,

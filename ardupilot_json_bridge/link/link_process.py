@@ -16,8 +16,10 @@ the statistics (send_stats, every STATS_PERIOD).
 import argparse
 import json
 import logging
+import math
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
@@ -34,11 +36,11 @@ from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.link.sitl_link import SitlLink
-from ardupilot_json_bridge.messages.cdr_writer import encode_uint16_array
 from ardupilot_json_bridge.messages.inputs import stamp_seconds
 from ardupilot_json_bridge.messages.routes import (
     deliver, IMU_TYPE, input_routes, InputRoute, ODOMETRY_TYPE, serialized,
     SERIALIZED_DECODERS)
+from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm
 
 IMU, ODOMETRY, RANGE, WIND, AIRSPEED, BATTERY, RC, REJECTED, SETTINGS = b'IORWABCXU'
 # The node's clock (s) as the IMU message that follows arrived: for the live clock check.
@@ -63,17 +65,24 @@ class LinkProcess:
     """Runs the link in a child process and forwards samples to it (parent side)."""
 
     def __init__(self, parameters: Dict[str, Any], udp: socket.socket,
-                 on_pwm: Callable[[List[int], int], None],
+                 on_pwm: Callable[[List[int], int, float], None],
                  logger: logging.Logger,
-                 on_recorded: Optional[Callable[[bytes], None]] = None) -> None:
+                 on_recorded: Optional[Callable[[bytes], None]] = None,
+                 on_ended: Optional[Callable[[str], None]] = None) -> None:
         """
         Start the child on the bound udp socket.
 
-        on_pwm(pwm, frame_rate) gets PWM for the commands (changed, or every COMMAND_REFRESH);
-        on_recorded(message) every new frame's std_msgs/UInt16MultiArray, serialized (CDR),
-        when raw_pwm_topic is set.
+        on_pwm(pwm, frame_rate, stamp) gets PWM for the commands (changed, or every
+        COMMAND_REFRESH), with the physics time of the state SITL computed it from (NaN before
+        the first reply); on_recorded(message) every new frame's servo_pwm (servo_pwm.py),
+        serialized (CDR), when raw_pwm_topic is set; on_ended(why) is told once if the child
+        ends before close().
         """
         self.logger = logger
+        self.on_ended = on_ended
+        # Why the child ended before close() was called: SITL is no longer served.
+        self.ended: Optional[str] = None
+        self._closing = False
         # Publishing fails per frame while it fails at all (rclpy shutting down): said once.
         self.warnings = RateLimitedLog(logger)
         self.on_pwm = on_pwm
@@ -150,16 +159,15 @@ class LinkProcess:
             except OSError:
                 return
             if not data:
-                if self.process.poll() not in (None, 0):
-                    self.logger.error(f'the link process ended with exit code '
-                                      f'{self.process.returncode}')
+                if not self._closing:
+                    self._ended()
                 return
             kind, body = data[0], data[1:]
             if kind == PWM:
-                count = (len(body) - 2) // 2
-                frame_rate, *pwm = struct.unpack(f'<H{count}H', body)
+                count = (len(body) - 10) // 2
+                stamp, frame_rate, *pwm = struct.unpack(f'<dH{count}H', body)
                 try:
-                    self.on_pwm(pwm, frame_rate)
+                    self.on_pwm(pwm, frame_rate, stamp)
                 except Exception as error:
                     self.warnings.error('on_pwm', f'publishing actuator commands failed: '
                                                   f'{error!r}')
@@ -172,6 +180,21 @@ class LinkProcess:
             elif kind == LOG:
                 level, text = body[0], body[1:].decode('utf-8', 'replace')
                 self.logger.log(level if levels(level) else logging.INFO, text)
+
+    def _ended(self) -> None:
+        """Say once why the child closed its channel unasked (killed, or crashed)."""
+        try:
+            code = self.process.wait(STATS_PERIOD)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            how = f'was killed by {signal_name(-code)}'
+        else:
+            how = f'ended with exit code {code}' if code is not None else 'closed its channel'
+        self.ended = f'the link process {how}: SITL is no longer served'
+        self.logger.error(self.ended)
+        if self.on_ended is not None:
+            self.on_ended(self.ended)
 
     def _publish_recorded(self, batch: bytes) -> None:
         """Hand each serialized message of a batch to on_recorded, in frame order."""
@@ -188,6 +211,7 @@ class LinkProcess:
 
     def close(self, timeout: float = 3.0) -> None:
         """Stop the child (closing its channel) and wait for it."""
+        self._closing = True
         try:
             self._channel.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -198,6 +222,14 @@ class LinkProcess:
             self.process.kill()
             self.process.wait()
         self._channel.close()
+
+
+def signal_name(number: int) -> str:
+    """Return a signal's name (SIGKILL), or its number where it has none."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f'signal {number}'
 
 
 class ChannelLogHandler(logging.Handler):
@@ -228,17 +260,22 @@ class PwmForwarder:
     """
     Child side: each new frame's PWM to the parent, for the commands and the recording.
 
-    ArduPilot changes its outputs at its loop rate, a third of the frame rate: for the
-    commands, repeats are not forwarded, except every COMMAND_REFRESH, so that each publish is
-    news. For the recording (servo_pwm) every new frame goes, serialized here, in batches at
-    most RECORD_LATENCY old, so the parent wakes once per batch and publishes each as it came.
+    Each goes stamped with physics_time(), the physics time of the state SITL computed the PWM
+    from (the last reply's): None before the session's first reply, whose frame is then not
+    recorded (SITL's initial outputs, before it has seen any state). ArduPilot changes its
+    outputs at its loop rate, a third of the frame rate: for the commands, repeats are not
+    forwarded, except every COMMAND_REFRESH, so that each publish is news. For the recording
+    (servo_pwm) every new frame goes, serialized here, in batches at most RECORD_LATENCY old,
+    so the parent wakes once per batch and publishes each as it came.
     A batch that no later frame fills (SITL running slowly, or stopped) is sent by a thread
     that sleeps until the batch comes due.
     """
 
     def __init__(self, channel: socket.socket, record: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 physics_time: Callable[[], Optional[float]] = lambda: None) -> None:
         self._channel = channel
+        self.physics_time = physics_time
         self._record = record
         self._clock = clock
         self._sent: Optional[List[int]] = None
@@ -268,13 +305,13 @@ class PwmForwarder:
 
     def on_frame(self, packet: Any) -> None:
         """Take a new frame's PWM (the link's on_frame, called in the link thread)."""
-        pwm, now = packet.pwm, self._clock()
-        if self._record:
-            self._add_to_batch(encode_uint16_array(pwm), now)
+        pwm, now, stamp = packet.pwm, self._clock(), self.physics_time()
+        if self._record and stamp is not None:
+            self._add_to_batch(encode_servo_pwm(stamp, pwm), now)
         if pwm == self._sent and now - self._sent_at < COMMAND_REFRESH:
             return
-        self._channel.send(bytes((PWM,)) + struct.pack(f'<H{len(pwm)}H', packet.frame_rate,
-                                                       *pwm))
+        self._channel.send(bytes((PWM,)) + struct.pack(
+            f'<dH{len(pwm)}H', math.nan if stamp is None else stamp, packet.frame_rate, *pwm))
         self._sent, self._sent_at = pwm, now     # once sent: a failed send is tried again
 
     def _add_to_batch(self, message: bytes, now: float) -> None:
@@ -395,6 +432,7 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     link = SitlLink(config.link, SensorState(config.state, logger=logger),
                     on_frame=forwarder.on_frame, logger=logger,
                     sock=socket.socket(fileno=udp_fd))
+    forwarder.physics_time = lambda: link.session.last_stamp
     checks = LiveChecks(config, logger)
     inlet = SampleInlet(channel, link, checks, config, logger)
     link.start()
@@ -430,10 +468,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument('--channel-fd', type=int, required=True)
     parser.add_argument('--parameters', required=True)
     args = parser.parse_args(argv)
-    try:
-        return serve_channel(json.loads(args.parameters), args.udp_fd, args.channel_fd)
-    except KeyboardInterrupt:
-        return 0
+    # The node decides when the link ends, by closing the channel (or by dying, which closes
+    # it too): Ctrl-C in a terminal, or SIGTERM, to the whole process group reaches this
+    # process as well, and its ending first would read as the link dying under the node.
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    return serve_channel(json.loads(args.parameters), args.udp_fd, args.channel_fd)
 
 
 if __name__ == '__main__':

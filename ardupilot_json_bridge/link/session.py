@@ -1,9 +1,16 @@
 """
 One SITL session: what each frame_count means, and the session's physics clock.
 
-SITL increments frame_count only after it accepted a reply, so a repeated count asks for the
-last reply again and a lower count means SITL restarted. Timestamps count from the first
-instant served in the session, so SITL's clock starts at 0 and never sees epoch time.
+SITL increments frame_count only after it accepted a reply, and reads ONE datagram a frame
+(SIM_JSON.cpp recv_fdm): a second reply to a frame is read as the next frame's, silently, and
+every reply after it one frame late. So a repeated count is answered again only when it is
+SITL's resend (it resends after RESEND_INTERVAL without a reply, so its reply was lost); a
+sooner copy (the wire's, or a resend that crossed the reply) is counted and not answered. A
+lower count is a restart only at frame 0 (a restarted SITL starts there); any other lower count
+is a late or reordered datagram: counted, answered with nothing, changing nothing.
+
+Timestamps count from the first instant served in the session, so SITL's clock starts at 0 and
+never sees epoch time.
 
 On the frame grid (free-running sources), reply k describes the source instant
 origin + k / frame_rate and carries the timestamp k / frame_rate; a change of SITL's frame
@@ -17,6 +24,12 @@ import math
 from typing import Optional
 
 DEFAULT_FRAME_RATE = 1200
+# SIM_JSON.cpp recv_fdm waits UDP_TIMEOUT_MS (100 ms) a receive and resends its servo packet
+# when the waits add up to more than 1000 ms: 1.1 s after it sent the frame.
+RESEND_INTERVAL = 1.1
+# A repeat sooner than this after the frame's reply is no resend of SITL's; a frame 0 sooner
+# than this after the session's first frame is no restart (SITL takes seconds to start).
+RESEND_MIN = RESEND_INTERVAL / 2
 MAX_STEP = 2     # frames one reply may advance while SITL catches up with its source
 PASS_OVER = 4    # backlogs (max_backlog) beyond which physics is passed over instead
 
@@ -27,8 +40,10 @@ class FrameKind(enum.Enum):
     FIRST = 'first'
     NEW = 'new'
     RETRY = 'retry'            # same count as the last packet, which got no reply
-    DUPLICATE = 'duplicate'    # same count as the last packet, which got a reply
-    RESTART = 'restart'        # lower count: SITL started again
+    RESENT = 'resent'          # same count, answered RESEND_MIN or more ago: SITL's resend
+    DUPLICATE = 'duplicate'    # same count, answered sooner: a copy, not to be answered
+    LATE = 'late'              # lower count, not a restart: late or reordered, ignored
+    RESTART = 'restart'        # frame 0 after later frames: SITL started again
 
 
 @dataclass(slots=True)
@@ -140,8 +155,10 @@ class SitlSession:
 
     def __init__(self) -> None:
         self.last_frame: Optional[int] = None
+        self.started = 0.0                     # arrival of the session's first frame
         self.last_reply: Optional[bytes] = None
         self.replied_frame: Optional[int] = None
+        self.replied_at: Optional[float] = None  # when the last reply went out
         self.served_sequence = 0
         self.origin: Optional[float] = None
         self.last_stamp: Optional[float] = None
@@ -154,18 +171,23 @@ class SitlSession:
         """Forget everything: the next packet starts a new session at time 0."""
         self.__init__()
 
-    def classify(self, frame_count: int) -> FrameVerdict:
-        """Classify a packet's frame_count and remember it."""
+    def classify(self, frame_count: int, now: float) -> FrameVerdict:
+        """Classify a packet's frame_count, arrived at monotonic time now, and remember it."""
         last = self.last_frame
-        self.last_frame = frame_count
         if last is None:
+            self.last_frame, self.started = frame_count, now
             return FrameVerdict(FrameKind.FIRST)
         if frame_count == last:
-            if self.replied_frame == frame_count:
-                return FrameVerdict(FrameKind.DUPLICATE)
-            return FrameVerdict(FrameKind.RETRY)
+            if self.replied_frame != frame_count:
+                return FrameVerdict(FrameKind.RETRY)
+            if now - self.replied_at >= RESEND_MIN:
+                return FrameVerdict(FrameKind.RESENT)
+            return FrameVerdict(FrameKind.DUPLICATE)
         if frame_count < last:
-            return FrameVerdict(FrameKind.RESTART)
+            if frame_count == 0 and now - self.started >= RESEND_MIN:
+                return FrameVerdict(FrameKind.RESTART)
+            return FrameVerdict(FrameKind.LATE)
+        self.last_frame = frame_count
         return FrameVerdict(FrameKind.NEW, lost=frame_count - last - 1)
 
     def timestamp_for(self, stamp: float) -> Optional[float]:

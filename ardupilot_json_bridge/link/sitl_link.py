@@ -223,23 +223,33 @@ class SitlLink:
         stats.last_packet = received
         stats.channel_count = packet.channel_count
         stats.frame_rate_hint = packet.frame_rate
-        verdict = self.session.classify(packet.frame_count)
+        verdict = self.session.classify(packet.frame_count, received)
         if verdict.kind is FrameKind.RESTART:
             stats.restarts += 1
             self.logger.warning(f'{self._prefix}SITL restarted (frame {packet.frame_count} '
                                 f'after {self._last_replied()}): new session, '
                                 'time starts again at 0')
             self._new_session()
-            verdict = self.session.classify(packet.frame_count)
+            verdict = self.session.classify(packet.frame_count, received)
+        if verdict.kind is FrameKind.LATE:
+            self._fault('late', 1, f'ignored frame {packet.frame_count}, older than frame '
+                                   f'{self.session.last_frame} already here (late or reordered '
+                                   'on the way; not a restart, which starts at frame 0)')
+            return
         if verdict.kind is FrameKind.DUPLICATE:
-            stats.duplicates += 1
+            self._fault('duplicates', 1, f'did not answer frame {packet.frame_count} again: its '
+                                         f'reply went out {received - self.session.replied_at:.3f}'
+                                         ' s ago, too soon for SITL to resend it (a copy on the '
+                                         'way); SITL reads one reply a frame')
+            return
+        if verdict.kind is FrameKind.RESENT:
+            self._fault('resent', 1, f'SITL sent frame {packet.frame_count} again: its reply '
+                                     'was lost; answered it again')
             self._send(self.session.last_reply, received)
             return
         if verdict.lost:
-            stats.lost += verdict.lost
-            self.warnings.warning('lost', f'{self._prefix}{verdict.lost} SITL frame(s) never '
-                                          f'reached the bridge before frame '
-                                          f'{packet.frame_count}')
+            self._fault('lost', verdict.lost, f'{verdict.lost} SITL frame(s) never reached the '
+                                              f'bridge before frame {packet.frame_count}')
         if verdict.kind is FrameKind.RETRY:
             # A lock-step engine steps the frame it failed again.
             self._serve(packet, received, self._publish(packet)
@@ -255,6 +265,11 @@ class SitlLink:
                                                    f'reply failed: {error!r}')
         if answered and self.step_ahead is not None:
             self._step_ahead(packet, data)
+
+    def _fault(self, counter: str, count: int, message: str) -> None:
+        """Count a fault of the wire or of SITL's session in LinkStats; say it, rate-limited."""
+        setattr(self.stats, counter, getattr(self.stats, counter) + count)
+        self.warnings.warning(counter, self._prefix + message)
 
     def _new_session(self) -> None:
         self.session.reset()
@@ -277,18 +292,23 @@ class SitlLink:
                              f'({packet.channel_count} channels, frame {packet.frame_count})')
         elif sender != peer:
             silent = now - self._peer_heard
-            if silent <= self.settings.peer_timeout:
+            if packet.frame_count == 0:
+                self.logger.warning(f'{self._prefix}SITL restarted at {sender[0]}:{sender[1]} '
+                                    f'(frame 0; it was at {peer[0]}:{peer[1]}, heard '
+                                    f'{silent:.1f} s ago): new session, time starts again at 0')
+            elif silent <= self.settings.peer_timeout:
                 self.stats.strangers += 1
                 self.warnings.warning(
                     'stranger', f'{self._prefix}ignored servo packets from {sender[0]}:'
-                                f'{sender[1]}: locked to SITL at {peer[0]}:{peer[1]}, heard '
-                                f'{silent:.1f} s ago. Two SITL instances on one port? Give '
-                                'each vehicle its own -I instance.')
+                                f'{sender[1]} (frame {packet.frame_count}): locked to SITL at '
+                                f'{peer[0]}:{peer[1]}, heard {silent:.1f} s ago. Two SITL '
+                                'instances on one port? Give each vehicle its own -I instance.')
                 return False
+            else:
+                self.logger.warning(f'{self._prefix}SITL moved from {peer[0]}:{peer[1]} to '
+                                    f'{sender[0]}:{sender[1]} after {silent:.1f} s of silence '
+                                    '(restarted?): new session')
             self.stats.restarts += 1
-            self.logger.warning(f'{self._prefix}SITL moved from {peer[0]}:{peer[1]} to '
-                                f'{sender[0]}:{sender[1]} after {silent:.1f} s of silence '
-                                '(restarted?): new session')
             self._new_session()
         self._peer = sender
         self.stats.peer = sender
@@ -534,11 +554,12 @@ class SitlLink:
     def _send(self, data: bytes, received: float) -> None:
         if self._sent_ahead is not None:
             return  # the frame in hand was answered on arrival: one reply a frame
+        # When the reply left, for telling a copy of the frame from SITL's resend of it.
+        self.session.replied_at = self._clock()
         try:
             self._sock.sendto(data, self._peer)
         except OSError as error:
             self.warnings.warning('send', f'{self._prefix}reply to {self._peer} failed: {error}')
             return
-        now = self._clock()
         self.stats.replied += 1
-        self.stats.latency.add(now - received)
+        self.stats.latency.add(self._clock() - received)

@@ -14,7 +14,6 @@ from ardupilot_json_bridge.messages.inputs import time_parts
 
 CLOCK_TYPE = 'rosgraph_msgs/msg/Clock'
 FLOAT64_ARRAY_TYPE = 'std_msgs/msg/Float64MultiArray'
-UINT16_ARRAY_TYPE = 'std_msgs/msg/UInt16MultiArray'
 ENCAPSULATION = b'\x00\x01\x00\x00'
 ZEROS_3X3 = bytes(9 * 8)
 ZEROS_6X6 = bytes(36 * 8)
@@ -26,7 +25,7 @@ def _string(text: str) -> bytes:
     return struct.pack('<I', len(data)) + data
 
 
-def _pad(body: bytes, alignment: int) -> bytes:
+def pad(body: bytes, alignment: int) -> bytes:
     return body + bytes(-len(body) % alignment)
 
 
@@ -34,7 +33,7 @@ def _stamp(t: float) -> bytes:
     return struct.pack('<iI', *time_parts(t))
 
 
-def _header(t: float, frame_id: str) -> bytes:
+def header_bytes(t: float, frame_id: str) -> bytes:
     return _stamp(t) + _string(frame_id)
 
 
@@ -46,7 +45,7 @@ def encode_clock(t: float) -> bytes:
 def encode_imu(t: float, frame_id: str, orientation: Vector, body_rates: Vector,
                specific_force: Vector) -> bytes:
     """sensor_msgs/Imu: orientation x, y, z, w; angular velocity; linear acceleration."""
-    return (ENCAPSULATION + _pad(_header(t, frame_id), 8)
+    return (ENCAPSULATION + pad(header_bytes(t, frame_id), 8)
             + struct.pack('<4d', *orientation) + ZEROS_3X3
             + struct.pack('<3d', *body_rates) + ZEROS_3X3
             + struct.pack('<3d', *specific_force) + ZEROS_3X3)
@@ -55,7 +54,7 @@ def encode_imu(t: float, frame_id: str, orientation: Vector, body_rates: Vector,
 def encode_odometry(t: float, frame_id: str, child_frame_id: str, position: Vector,
                     orientation: Vector, linear: Vector, angular: Vector) -> bytes:
     """nav_msgs/Odometry: pose (position, orientation x, y, z, w) and twist."""
-    head = _pad(_pad(_header(t, frame_id), 4) + _string(child_frame_id), 8)
+    head = pad(pad(header_bytes(t, frame_id), 4) + _string(child_frame_id), 8)
     return (ENCAPSULATION + head + struct.pack('<7d', *position, *orientation) + ZEROS_6X6
             + struct.pack('<6d', *linear, *angular) + ZEROS_6X6)
 
@@ -68,11 +67,5 @@ def encode_float64_array(values: Sequence[float]) -> bytes:
     """std_msgs/Float64MultiArray of values, with an empty layout."""
     body = EMPTY_LAYOUT + struct.pack('<I', len(values))
     if values:
-        body = _pad(body, 8) + struct.pack(f'<{len(values)}d', *values)
+        body = pad(body, 8) + struct.pack(f'<{len(values)}d', *values)
     return ENCAPSULATION + body
-
-
-def encode_uint16_array(values: Sequence[int]) -> bytes:
-    """std_msgs/UInt16MultiArray of values, with an empty layout."""
-    return (ENCAPSULATION + EMPTY_LAYOUT + struct.pack('<I', len(values))
-            + struct.pack(f'<{len(values)}H', *values))

@@ -51,10 +51,11 @@ def multi_array_message(classes: MessageClasses, values: Sequence[float]) -> Any
 
 
 def group_messages(classes: MessageClasses, group: OutputGroup, values: Sequence[float],
-                   stamp: float) -> List[Tuple[str, Any]]:
-    """(topic, message) pairs that publish one group's command values."""
+                   stamp: float, frame_id: str = '') -> List[Tuple[str, Any]]:
+    """(topic, message) pairs that publish one group's command values (stamped where typed)."""
     if group.kind is OutputKind.ACTUATORS:
-        return [(group.topic, actuators_message(classes, group.field, values, stamp))]
+        return [(group.topic, actuators_message(classes, group.field, values, stamp,
+                                                frame_id))]
     if group.kind is OutputKind.FLOAT64_MULTI_ARRAY:
         return [(group.topic, multi_array_message(classes, values))]
     return [(topic, classes.float64(data=float(value)))

@@ -14,6 +14,8 @@ from ardupilot_json_bridge.core.settings import LinkSettings
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 
 STALLED_AFTER = 2.0
+# LinkStats' counters of faults on the wire and in SITL's session, as /diagnostics names them.
+WIRE_FAULTS = ('late', 'duplicates', 'resent', 'lost', 'strangers')
 STALE_INPUT_AFTER = 1.0
 
 
@@ -49,15 +51,17 @@ class BridgeMonitor:
         self.mandatory = set(mandatory)
         self._replied = 0
         self._unanswered = 0
+        self._faults = {name: 0 for name in WIRE_FAULTS}
         self._rejected: Dict[str, int] = {}
         self._left_out: Dict[str, int] = {}
         self._input_unanswered: Dict[str, int] = {}
+        self._missed: Dict[str, int] = {}
         self._last_time: Optional[float] = None
 
     def statuses(self, stats: LinkStats, meters: Sequence[InputMeter], now: float,
-                 conventions: Sequence[Check] = ()) -> List[Status]:
-        """Every status at monotonic time now."""
-        link = self.link_status(stats, now)
+                 conventions: Sequence[Check] = (), ended: Optional[str] = None) -> List[Status]:
+        """Every status at monotonic time now; ended says why the link process ended."""
+        link = self.link_status(stats, now, ended)
         inputs = [self.input_status(m, now) for m in meters if m.name in self.topics]
         return [link] + inputs + [self.conventions_status(conventions)]
 
@@ -76,17 +80,22 @@ class BridgeMonitor:
         return Status(Level.OK, name, f'{len(checks) - undecided} ok, {undecided} undecided '
                                       '(needs motion)', values)
 
-    def link_status(self, stats: LinkStats, now: float) -> Status:
+    def link_status(self, stats: LinkStats, now: float, ended: Optional[str] = None) -> Status:
         elapsed = None if self._last_time is None else now - self._last_time
         rate = 0.0 if not elapsed else (stats.replied - self._replied) / elapsed
         newly_unanswered = stats.unanswered - self._unanswered
+        faults = {name: getattr(stats, name) for name in WIRE_FAULTS}
+        new_faults = [f'{faults[name] - self._faults[name]} {name}' for name in WIRE_FAULTS
+                      if faults[name] > self._faults[name]]
+        self._faults = faults
         self._replied, self._unanswered, self._last_time = stats.replied, stats.unanswered, now
         values = {
             'port': str(self.settings.listen_port), 'instance': str(self.settings.instance),
             'sitl_address': 'none' if stats.peer is None else f'{stats.peer[0]}:{stats.peer[1]}',
             'channels': str(stats.channel_count), 'frame_rate_hz': f'{rate:.1f}',
             'sitl_rate_hz': str(stats.frame_rate_hint),
-            'replied': str(stats.replied), 'duplicates': str(stats.duplicates),
+            'replied': str(stats.replied), 'late': str(stats.late),
+            'duplicates': str(stats.duplicates), 'resent': str(stats.resent),
             'lost': str(stats.lost), 'restarts': str(stats.restarts),
             'unanswered': str(stats.unanswered), 'skipped': str(stats.skipped),
             'rejected_datagrams': str(stats.rejected), 'strangers': str(stats.strangers),
@@ -94,6 +103,8 @@ class BridgeMonitor:
             'latency_p99_us': _microseconds(stats.latency.percentile(0.99)),
         }
         name = f'{self.prefix}: SITL link'
+        if ended is not None:
+            return Status(Level.ERROR, name, ended, values)
         if stats.last_packet is None:
             return Status(Level.WARN, name, f'waiting for SITL on UDP port '
                                             f'{self.settings.listen_port} (sim_vehicle.py -I '
@@ -106,6 +117,10 @@ class BridgeMonitor:
         if newly_unanswered:
             return Status(Level.WARN, name, f'connected, but {newly_unanswered} frame(s) went '
                                             'unanswered: see the inputs', values)
+        if new_faults:
+            return Status(Level.WARN, name, f'connected; since the last report the wire or '
+                                            f'SITL gave {", ".join(new_faults)} frame(s): see '
+                                            'the log', values)
         return Status(Level.OK, name, f'connected, {rate:.0f} frames/s', values)
 
     def input_status(self, meter: InputMeter, now: float) -> Status:
@@ -115,7 +130,7 @@ class BridgeMonitor:
                   'age_s': 'never' if age is None else f'{age:.2f}',
                   'messages': str(meter.count), 'rejected': str(meter.rejected),
                   'used': str(meter.used), 'left_out': str(meter.left_out),
-                  'unanswered_frames': str(meter.unanswered)}
+                  'unanswered_frames': str(meter.unanswered), 'missed': str(meter.missed)}
         name = f'{self.prefix}: input {meter.name}'
         newly_rejected = meter.rejected - self._rejected.get(meter.name, 0)
         self._rejected[meter.name] = meter.rejected
@@ -123,6 +138,8 @@ class BridgeMonitor:
         self._left_out[meter.name] = meter.left_out
         newly_unanswered = meter.unanswered - self._input_unanswered.get(meter.name, 0)
         self._input_unanswered[meter.name] = meter.unanswered
+        newly_missed = meter.missed - self._missed.get(meter.name, 0)
+        self._missed[meter.name] = meter.missed
         missing = Level.ERROR if meter.name in self.mandatory else Level.WARN
         if age is None:
             return Status(missing, name, f'no messages on {topic}', values)
@@ -134,6 +151,12 @@ class BridgeMonitor:
         if newly_rejected:
             return Status(Level.WARN, name, f'{newly_rejected} invalid message(s) ignored '
                                             '(NaN or malformed)', values)
+        if newly_missed:
+            return Status(Level.WARN, name, f'{newly_missed} message(s) missing by the stamps '
+                                            f'(one every {meter.stamp_step * 1e3:.3g} ms): '
+                                            'dropped by a full subscription queue while the '
+                                            'executor lagged, by the network, or never '
+                                            'published', values)
         if newly_left_out:
             return Status(Level.WARN, name, f'{meter.rate():.0f} Hz received, but '
                                             f'{newly_left_out} time(s) left out of replies: '

@@ -6,7 +6,9 @@ configurations (namespace, instance, port, parameters) the launch files hand to 
 """
 
 from dataclasses import dataclass
+import os
 import re
+import shlex
 from typing import Any, Dict, List, Tuple, Union
 
 from ardupilot_json_bridge.config import check_number, ConfigError, RATE_LIMITS
@@ -89,10 +91,23 @@ def parse_namespace(name: str, text: str) -> str:
     return namespace
 
 
+def check_params_file(params_file: str) -> str:
+    """
+    Return params_file if it is empty or a file; a missing one is a launch error.
+
+    launch_ros only warns about a missing file and starts the node on its defaults, which for
+    the bridge means no output groups: SITL arms and no command is ever published.
+    """
+    if params_file and not os.path.isfile(params_file):
+        raise LaunchArgumentError(f'params_file: {params_file!r} is not a file')
+    return params_file
+
+
 def bridge_parameters(instance: int, use_sim_time: bool,
                       params_file: str) -> List[Union[str, Dict[str, Any]]]:
     """Return the parameters list of one bridge node: the file first, launch arguments over it."""
-    parameters: List[Union[str, Dict[str, Any]]] = [params_file] if params_file else []
+    parameters: List[Union[str, Dict[str, Any]]] = \
+        [check_params_file(params_file)] if params_file else []
     parameters.append({'instance': instance, 'use_sim_time': use_sim_time})
     return parameters
 
@@ -137,15 +152,69 @@ def clock_topic(vehicle: VehicleLaunch, count: int) -> str:
 
 
 def simulator_node_arguments(vehicle: VehicleLaunch, clock: str, imu_rate: float,
-                             odom_rate: float, real_time_factor: float = 1.0) -> Dict[str, Any]:
-    """Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim."""
+                             odom_rate: float, real_time_factor: float = 1.0,
+                             params_file: str = '') -> Dict[str, Any]:
+    """
+    Keyword arguments of launch_ros.actions.Node for one vehicle's mujoco_sim.
+
+    params_file, the bridge's, is the simulator's preset too: it takes its commands on the
+    topics and in the message types the bridge publishes them with, and refuses in one line a
+    file whose outputs do not fit its model.
+    """
+    parameters: Dict[str, Any] = {'imu_rate': imu_rate, 'odom_rate': odom_rate,
+                                  'real_time_factor': real_time_factor}
+    if params_file:
+        parameters['preset'] = check_params_file(params_file)
     return {'package': 'ardupilot_json_bridge', 'executable': 'mujoco_sim',
             'name': 'mujoco_sim', 'namespace': vehicle.namespace, 'output': 'screen',
-            'parameters': [{'imu_rate': imu_rate, 'odom_rate': odom_rate,
-                            'real_time_factor': real_time_factor}],
-            'remappings': clock_remappings(clock)}
+            'parameters': [parameters], 'remappings': clock_remappings(clock)}
 
 
 def clock_remappings(clock: str) -> List[Tuple[str, str]]:
     """Return a node's remappings putting its /clock on clock."""
     return [('/clock', clock)] if clock != '/clock' else []
+
+
+# SDF's default physics step (sdformat's physics.sdf: max_step_size 0.001 s).
+SDF_DEFAULT_STEP = 0.001
+
+
+def world_step(world: str) -> float:
+    """
+    Return the physics step of an SDF world file (its <physics><max_step_size>), in seconds.
+
+    Gazebo runs a world at real_time_factor x real time by stepping it 1 / step x
+    real_time_factor times a wall second; `gz sim -z` sets that rate instead.
+    """
+    import xml.etree.ElementTree as ElementTree
+    try:
+        root = ElementTree.parse(world).getroot()
+    except (OSError, ElementTree.ParseError) as error:
+        raise LaunchArgumentError(
+            f'world: real_time_factor needs an SDF world file it can read, got {world!r} '
+            f'({error})') from None
+    text = root.findtext('./world/physics/max_step_size')
+    if text is None:
+        return SDF_DEFAULT_STEP
+    step = _parse_number('world', text, 'a <max_step_size> in seconds')
+    if not step > 0.0:
+        raise LaunchArgumentError(f'world: <max_step_size> {text!r} is not above 0')
+    return step
+
+
+def gazebo_arguments(world: str, server_only: bool, real_time_factor: str) -> str:
+    """
+    Return `gz sim`'s arguments for gazebo.launch.py: running, the world, GUI or not, pace.
+
+    server_only (-s) runs without the GUI, which aborts where there is no display and takes
+    the server with it. real_time_factor ('' keeps the world's own) becomes `-z`, Gazebo's
+    update rate: the world's steps a wall second at that factor.
+    """
+    arguments = ['-r']
+    if server_only:
+        arguments.append('-s')
+    if real_time_factor.strip():
+        factor = parse_real_time_factor('real_time_factor', real_time_factor)
+        arguments.append(f'-z {factor / world_step(world):g}')
+    # ros_gz_sim runs `gz sim <gz_args>` through a shell.
+    return ' '.join(arguments + [shlex.quote(world)])

@@ -28,6 +28,7 @@ from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -38,6 +39,7 @@ from ardupilot_json_bridge.config import (
     check_number, config_from_parameters, ConfigError, FLEET_LIMITS, Limits,
     load_parameters_file, NODE_NAME, RATE_LIMITS, shipped_preset)
 from ardupilot_json_bridge.core.pwm import OutputGroup, OutputKind
+from ardupilot_json_bridge.messages.commands import group_topics
 from ardupilot_json_bridge.messages.inputs import time_parts
 from ardupilot_json_bridge.ros.launch_config import check_real_time_factor
 from ardupilot_json_bridge.ros.node import COMMAND_QOS, run_node
@@ -52,8 +54,10 @@ SENSOR_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE)
 CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                        reliability=ReliabilityPolicy.BEST_EFFORT)
-# Numeric parameters take integers too: imu_rate:=250 is a ROS user's natural spelling.
-NUMBER = ParameterDescriptor(dynamic_typing=True)
+# Every parameter is read at start-up only, so a set is refused rather than "succeeding" and
+# changing nothing. Numeric ones take integers too: imu_rate:=250 is a ROS user's spelling.
+START_UP = ParameterDescriptor(read_only=True)
+NUMBER = ParameterDescriptor(dynamic_typing=True, read_only=True)
 # How far physics may fall behind the wall clock before the simulator stops catching up.
 MAX_LAG = 0.1
 
@@ -68,27 +72,28 @@ class MujocoSim(Node):
     def _numbers(self, name: str, default: List[float]) -> List[float]:
         """Declare a list of numbers that may be integers (wind:=[5, 0, 0]) and return it."""
         value = self.declare_parameter(name, default, NUMBER).value
-        if isinstance(value, (str, bytes, bool)):
+        if isinstance(value, (str, bytes, bool)) or not isinstance(value, Sequence):
             raise ValueError(f'{name}: {value!r} is not a list of numbers')
         return [check_number(f'{name}[{index}]', v) for index, v in enumerate(value)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__('mujoco_sim', **kwargs)
-        name = self.declare_parameter('vehicle', DEFAULT_VEHICLE).value
+        name = self.declare_parameter('vehicle', DEFAULT_VEHICLE, START_UP).value
         if name not in VEHICLES:
             raise ValueError(f'vehicle: {name!r} is not one of {", ".join(VEHICLES)}')
-        model = self.declare_parameter('model', '').value
-        preset = self.declare_parameter('preset', '').value
+        model = self.declare_parameter('model', '', START_UP).value
+        preset = self.declare_parameter('preset', '', START_UP).value
         self.rate = self._number('imu_rate', 1000.0, RATE_LIMITS)
         odom_rate = self._number('odom_rate', 250.0, Limits(0.0, self.rate, above=True))
         self.real_time_factor = check_real_time_factor(
             'real_time_factor', self._number('real_time_factor', 1.0))
-        command_type = self.declare_parameter('command_type', '').value
-        self.frame_id = self.declare_parameter('frame_id', 'odom').value
-        self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link').value
-        count = int(check_number('vehicles', self.declare_parameter('vehicles', 1).value,
+        command_type = self.declare_parameter('command_type', '', START_UP).value
+        self.frame_id = self.declare_parameter('frame_id', 'odom', START_UP).value
+        self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link',
+                                                     START_UP).value
+        count = int(check_number('vehicles', self.declare_parameter('vehicles', 1, START_UP).value,
                                  FLEET_LIMITS))
-        prefix = self.declare_parameter('namespace_prefix', 'vehicle').value
+        prefix = self.declare_parameter('namespace_prefix', 'vehicle', START_UP).value
         wind = self._numbers('wind', [0.0, 0.0, 0.0])
         gust = self._number('gust', 0.0, GUST_LIMITS)
         shipped = VEHICLES[name]
@@ -113,7 +118,8 @@ class MujocoSim(Node):
                 self._air[vehicle.index] = air
         elif any(wind) or gust:
             raise ValueError(f'wind: {self.vehicle.path} has no aerodynamics to feel a wind')
-        groups = command_groups(preset or shipped_preset(shipped.preset), command_type)
+        groups = command_groups(preset or shipped_preset(shipped.preset), command_type,
+                                self.get_namespace())
         self.odom_every = max(1, round(self.rate / odom_rate))
         self.imu_publishers = [self.create_publisher(Imu, f'{ns}imu', SENSOR_QOS)
                                for ns in self.namespaces]
@@ -125,7 +131,8 @@ class MujocoSim(Node):
         self._changed = [False] * count
         topics = '; '.join(self._subscribe(groups, index) for index in range(count))
         self._stop = threading.Event()
-        self._imus, self._odoms, self._clock = [], [], Clock()
+        # Not self._clock: that is rclpy's own Node clock, which parameter sets use.
+        self._imus, self._odoms, self._clock_message = [], [], Clock()
         for _ in range(count):
             imu, odom = Imu(), Odometry()
             imu.header.frame_id = self.child_frame_id
@@ -145,7 +152,14 @@ class MujocoSim(Node):
     def _subscribe(self, groups: Sequence[OutputGroup], vehicle: int) -> str:
         """Subscribe to every group's topics for a vehicle; return them described for the log."""
         names = self.vehicles[vehicle].actuator_names()
-        ns = self.namespaces[vehicle]
+        prefix = self.namespaces[vehicle]
+        if prefix and any(t.startswith('/') for group in groups for t in group_topics(group)):
+            raise ValueError(f'preset: vehicles: {len(self.vehicles)} need relative command '
+                             'topics, one set per namespace; an absolute one is shared')
+
+        def ns(topic: str) -> str:
+            """Return the vehicle's name of a command topic: absolute ones stay as given."""
+            return topic if topic.startswith('/') else prefix + topic
         start, described = 0, []
         for group in groups:
             count = len(group.channels)
@@ -156,24 +170,27 @@ class MujocoSim(Node):
             if group.kind == OutputKind.FLOAT64:
                 for index, topic in enumerate(group.topics):
                     self.create_subscription(
-                        Float64, ns + topic,
+                        Float64, ns(topic),
                         lambda m, at=start + index: self._command(vehicle, at, 1, [m.data]),
                         COMMAND_QOS)
             elif group.kind == OutputKind.ACTUATORS:
-                from actuator_msgs.msg import Actuators
+                try:
+                    from actuator_msgs.msg import Actuators
+                except ImportError:
+                    raise ValueError(f'preset: output group {group.name} takes actuator_msgs/'
+                                     'Actuators, but actuator_msgs is not installed') from None
                 field = group.field.value
                 self.create_subscription(
-                    Actuators, ns + group.topic,
+                    Actuators, ns(group.topic),
                     lambda m, at=start, n=count, f=field: self._command(vehicle, at, n,
                                                                         getattr(m, f)),
                     COMMAND_QOS)
             else:
                 self.create_subscription(
-                    Float64MultiArray, ns + group.topic,
+                    Float64MultiArray, ns(group.topic),
                     lambda m, at=start, n=count: self._command(vehicle, at, n, m.data),
                     COMMAND_QOS)
-            topic = ', '.join(ns + t for t in group.topics) \
-                if group.kind == OutputKind.FLOAT64 else ns + group.topic
+            topic = ', '.join(ns(t) for t in group_topics(group))
             described.append(f'{topic} ({group.kind.value}: {joints})')
             start += count
         if start != len(names):
@@ -221,7 +238,7 @@ class MujocoSim(Node):
                 start -= ahead
 
     def _publish(self, with_odometry: bool) -> None:
-        clock = self._clock
+        clock = self._clock_message
         clock.clock.sec, clock.clock.nanosec = time_parts(self.vehicle.time)
         self.clock_publisher.publish(clock)
         for index in range(len(self.vehicles)):
@@ -229,7 +246,7 @@ class MujocoSim(Node):
 
     def _publish_vehicle(self, index: int, with_odometry: bool) -> None:
         state = self.vehicles[index].state()
-        imu, clock = self._imus[index], self._clock
+        imu, clock = self._imus[index], self._clock_message
         imu.header.stamp = clock.clock
         x, y, z, w = state.orientation
         orientation = imu.orientation
@@ -267,17 +284,20 @@ class MujocoSim(Node):
         super().destroy_node()
 
 
-def command_groups(preset: Optional[str], command_type: str) -> List[OutputGroup]:
+def command_groups(preset: Optional[str], command_type: str,
+                   namespace: str = '') -> List[OutputGroup]:
     """
     Return the output groups of a bridge preset, whose topics carry the simulator's commands.
 
-    command_type, when set, makes every group's topic that message type instead.
+    The preset's sections apply as to a bridge in namespace. command_type, when set, makes
+    every group's topic that message type instead.
     """
     if preset is None:
         raise ValueError("preset: the vehicle's shipped preset was not found; name one")
     try:
-        groups = list(config_from_parameters(load_parameters_file(preset, NODE_NAME)).outputs)
-    except ConfigError as error:
+        groups = list(config_from_parameters(
+            load_parameters_file(preset, NODE_NAME, namespace)).outputs)
+    except (ConfigError, OSError) as error:
         raise ValueError(f'preset {preset}: {error}') from None
     if command_type:
         try:
@@ -290,7 +310,8 @@ def command_groups(preset: Optional[str], command_type: str) -> List[OutputGroup
 
 
 def main(args: Optional[List[str]] = None) -> int:
-    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError), args)
+    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError, ParameterException),
+                    args)
 
 
 if __name__ == '__main__':

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import partial
 import importlib
 import logging
-import signal
+import math
 import sys
 import threading
 import time
@@ -35,19 +35,21 @@ from rclpy.qos import (
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
-from std_msgs.msg import (
-    Float64, Float64MultiArray, Header, MultiArrayLayout, UInt16MultiArray)
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray, Header, MultiArrayLayout
 
 from ardupilot_json_bridge.config import (
     BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
     ParameterSpec)
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
+from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.link_process import LinkProcess
 from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
 from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses
 from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_routes, InputRoute, \
     SERIALIZED_DECODERS
+from ardupilot_json_bridge.messages.servo_pwm import SERVO_FRAME_ID
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
@@ -166,14 +168,21 @@ class JsonSitlBridge(Node):
         self.command_publishers = {
             topic: self.create_publisher(command_types[group.kind], topic, COMMAND_QOS)
             for group in self.groups for topic in group_topics(group)}
-        self.pwm_publisher = (self.create_publisher(UInt16MultiArray, self.config.raw_pwm_topic,
+        if not self.groups:
+            self.get_logger().warning(
+                'no output groups: SITL is answered but no actuator command is published; '
+                'give a params_file (a preset in config/) or output_groups')
+        self.pwm_publisher = (self.create_publisher(JointState, self.config.raw_pwm_topic,
                                                     RECORDING_QOS)
                               if self.config.raw_pwm_topic else None)
+        # The link process ending is fatal: told in its reader thread, raised in the executor's.
+        self._link_end = self.create_guard_condition(self._stop_for_link_end)
         # The link runs in a process of its own, out of the executor's way; this one converts
         # messages and forwards the samples, and publishes what comes back.
         recorded = None if self.pwm_publisher is None else self._publish_recorded
         self.link = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger,
-                                on_recorded=recorded)
+                                on_recorded=recorded,
+                                on_ended=lambda _: self._link_end.trigger())
         self.routes = input_routes(self.config, self.link)
         self._imu_count = 0
         for index, route in enumerate(self.routes):
@@ -252,14 +261,19 @@ class JsonSitlBridge(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _on_pwm(self, pwm: List[int], frame_rate: int) -> None:
-        """Publish the commands: the link process forwards PWM that changed, or held 20 ms."""
+    def _on_pwm(self, pwm: List[int], frame_rate: int, physics_time: float) -> None:
+        """
+        Publish the commands: the link process forwards PWM that changed, or held 20 ms.
+
+        Stamped with the physics time of the state SITL computed them from; before the first
+        reply, which has none, with this node's clock.
+        """
         try:
-            stamp = self._now()
+            stamp = physics_time if math.isfinite(physics_time) else self._now()
             values = self.mapper.apply(pwm)
             for group in self.groups:
                 for topic, message in group_messages(self.classes, group, values[group.name],
-                                                     stamp):
+                                                     stamp, SERVO_FRAME_ID):
                     self.command_publishers[topic].publish(message)
         except Exception:
             self._unless_shut_down()
@@ -276,13 +290,26 @@ class JsonSitlBridge(Node):
         if self.context.ok():
             raise
 
+    def _stop_for_link_end(self) -> None:
+        """Say on /diagnostics that the link process ended, then end the node (exit 1)."""
+        self.publish_diagnostics()
+        raise LinkError(f'{self.link.ended}; the bridge stops')
+
     def publish_diagnostics(self) -> None:
-        """Publish the link's and the inputs' statuses on /diagnostics."""
+        """
+        Publish the link's and the inputs' statuses on /diagnostics.
+
+        Stamped with the node's clock; on simulated time before the first /clock, which reads
+        0, with the wall clock.
+        """
         report = DiagnosticArray()
-        report.header.stamp = self.get_clock().now().to_msg()
+        now = self.get_clock().now()
+        if not now.nanoseconds:
+            now = Clock(clock_type=ClockType.SYSTEM_TIME).now()
+        report.header.stamp = now.to_msg()
         link = self.link
         for status in self.monitor.statuses(link.stats, link.meters, time.monotonic(),
-                                            link.conventions):
+                                            link.conventions, link.ended):
             report.status.append(DiagnosticStatus(
                 level=getattr(DiagnosticStatus, LEVELS[status.level]), name=status.name,
                 message=status.message, hardware_id=f'sitl_instance_{self.config.link.instance}',
@@ -338,10 +365,14 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     the node then spun on, deaf to it. Here a signal at any moment after init stops the node.
     The executor spins in a thread; this one waits for a signal or for the executor to end.
     """
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RuntimeError as error:
+        # rcl refusing its arguments (RCLError: a --params-file that is missing or not YAML,
+        # a bad remapping) is the user's input: one line, as for a bad parameter.
+        rclpy.logging.get_logger(name).fatal(' '.join(str(error).split()))
+        return 1
+    stop = Wakeup()
     node: Optional[Node] = None
     failure: List[BaseException] = []
     try:
@@ -354,8 +385,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
                                    args=(executor, stopped, stop, failure))
         spinner.start()
         stop.wait()
-        # Ctrl-C twice (a terminal's and ros2 launch's own) must not interrupt the cleanup.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
         stopped.set_result(None)   # wakes the executor, which returns with rclpy still up
         spinner.join(SPIN_STOP_TIMEOUT / 2)
         if spinner.is_alive():
@@ -370,14 +400,15 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         rclpy.logging.get_logger(name).fatal(str(error))
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop.ignore_signals()
+        stop.close()
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
     return 0
 
 
-def spin_until_shutdown(executor: Executor, stopped: Future, stop: threading.Event,
+def spin_until_shutdown(executor: Executor, stopped: Future, stop: Wakeup,
                         failure: List[BaseException]) -> None:
     """
     Spin until stopped or rclpy shuts down; keep a callback's exception, and end the node.

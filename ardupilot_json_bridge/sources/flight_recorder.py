@@ -17,8 +17,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.messages.cdr_writer import (
     CLOCK_TYPE, encode_clock, encode_float64_array, encode_imu, encode_odometry,
-    encode_uint16_array, FLOAT64_ARRAY_TYPE, UINT16_ARRAY_TYPE)
+    FLOAT64_ARRAY_TYPE)
 from ardupilot_json_bridge.messages.routes import IMU_TYPE, ODOMETRY_TYPE
+from ardupilot_json_bridge.messages.servo_pwm import encode_servo_pwm, SERVO_PWM_TYPE
 from ardupilot_json_bridge.sources.bagfile import BagError, CLOCK_TOPIC, typestore, write_bag
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleState
 
@@ -52,6 +53,10 @@ class FlightRecorder:
         self.failed: Optional[str] = None
         self._prefixes = tuple(f'/{ns.strip("/")}' if ns.strip('/') else '' for ns in namespaces)
         self._counts = [0] * len(self._prefixes)
+        # /clock once a world step, from whichever vehicle records it first (a fleet's world
+        # steps once for all, each vehicle's frame recorded before the next step): the clock
+        # runs on while any vehicle flies, vehicle 0's SITL away or not.
+        self._clock_time: Optional[float] = None
         # A fleet's link threads add frames side by side.
         self._lock = threading.Lock()
         self._store = typestore('jazzy')
@@ -109,7 +114,8 @@ class FlightRecorder:
         t = state.time
         log_time = round(t * 1e9)
         prefix = self._prefixes[vehicle]
-        if vehicle == 0:
+        if t != self._clock_time:
+            self._clock_time = t
             yield CLOCK_TOPIC, CLOCK_TYPE, log_time, encode_clock(t)
         yield prefix + IMU_TOPIC, IMU_TYPE, log_time, encode_imu(
             t, self.child_frame_id, state.orientation, state.body_rates, state.specific_force)
@@ -117,7 +123,7 @@ class FlightRecorder:
             yield prefix + ODOMETRY_TOPIC, ODOMETRY_TYPE, log_time, encode_odometry(
                 t, self.frame_id, self.child_frame_id, state.position, state.orientation,
                 state.body_velocity, state.body_rates)
-        yield prefix + PWM_TOPIC, UINT16_ARRAY_TYPE, log_time, encode_uint16_array(pwm)
+        yield prefix + PWM_TOPIC, SERVO_PWM_TYPE, log_time, encode_servo_pwm(t, pwm)
         yield (prefix + self.command_topic, FLOAT64_ARRAY_TYPE, log_time,
                encode_float64_array(commands))
         self._counts[vehicle] += 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import logging
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Sequence
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.checks.conventions import ConventionChecker
 from ardupilot_json_bridge.config import check_number, Limits
@@ -41,7 +41,9 @@ LOOKAHEAD_NS = 100_000_000
 
 
 def resolve_topic(namespace: str, topic: str) -> str:
-    """Return the absolute name a relative topic has under a namespace, as ROS resolves it."""
+    """Return the name a topic has under a namespace, as ROS resolves it: absolute stays."""
+    if topic.startswith('/'):
+        return topic
     parts = [p for p in (namespace.strip('/'), topic.strip('/')) if p]
     return '/' + '/'.join(parts)
 
@@ -54,6 +56,8 @@ class WantedTopic:
     msgtype: str
     name: str
     mandatory: bool = False
+    # Types older recordings carry on the topic, which the reader takes too.
+    older: Tuple[str, ...] = ()
 
 
 def check_bag_topics(bag: str, wanted: Sequence[WantedTopic]) -> Dict[str, str]:
@@ -72,7 +76,7 @@ def check_bag_topics(bag: str, wanted: Sequence[WantedTopic]) -> Dict[str, str]:
                        '--namespace or the topic parameters in --config.')
     for entry in wanted:
         msgtype = available.get(entry.topic)
-        if msgtype is not None and msgtype != entry.msgtype:
+        if msgtype is not None and msgtype != entry.msgtype and msgtype not in entry.older:
             raise BagError(f'{entry.topic} in {bag} is {msgtype}, but the {entry.name} input '
                            f'reads {entry.msgtype}')
     return available

@@ -2,8 +2,9 @@
 Each launch file under `ros2 launch`, as users start them, served to SITL peers.
 
 bridge.launch.py and fleet.launch.py against test/sitl_peer.py and a simulator stand-in;
-`ros2 param get/set` on the launched node; gazebo.launch.py checked without Gazebo: what it
-would start resolves to files of the install, with ros_gz's documented arguments. Every
+`ros2 param get/set` on the launched node; gazebo.launch.py checked without running Gazebo:
+what it would start resolves to files of the install and to ros_gz_sim's real gz_sim.launch.py,
+with arguments that file declares (its flight in real Gazebo: test_gazebo_flight.py). Every
 launch ends by Ctrl-C (SIGINT to its process group), which must stop all within seconds.
 """
 
@@ -53,7 +54,7 @@ def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path
                       f'params_file:={parameters_file(tmp_path)}')
     try:
         assert launched.wait_for_text('listening on UDP', 60), launched.output
-        replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+        replies = peer.lock_step(200, [1500] * 4 + [1000] * 12, timeout=30.0)
         assert len(replies) == 200, launched.output[-2000:]
         assert replies[-1]['position'] == pytest.approx((0.0, 3.0, 0.0))  # ENU x is east
         assert replies[-1]['imu.accel_body'] == pytest.approx((0.0, 0.0, -9.80665))
@@ -76,7 +77,7 @@ def test_bridge_launch_serves_publishes_and_takes_parameters(simulator, tmp_path
         invalid = ros2('param', 'set', node, 'fresh_timeout', '-1.0').stdout
         assert 'Setting parameter failed' in invalid and 'fresh_timeout' in invalid, invalid
         # The node still serves after all that.
-        assert len(peer.lock_step(50, [1500] * 16, timeout=20.0, wait=0.5)) == 50
+        assert len(peer.lock_step(50, [1500] * 16, timeout=20.0)) == 50
         print(f'ros2 param set instance 7: {refused.strip()}; fresh_timeout -1.0: '
               f'{invalid.strip()}')
     finally:
@@ -98,7 +99,7 @@ def test_fleet_launch_three_namespaces_each_on_its_own_port(simulator, tmp_path)
     try:
         assert launched.wait_for_text('listening on UDP', 60, count=3), launched.output
         for ns, peer in peers.items():
-            replies = peer.lock_step(100, [pwms[ns]] * 4 + [1000] * 12, timeout=30.0, wait=0.5)
+            replies = peer.lock_step(100, [pwms[ns]] * 4 + [1000] * 12, timeout=30.0)
             assert len(replies) == 100, (ns, launched.output[-2000:])
             assert {reply['position'][1] for reply in replies} == {easts[ns]}, ns
         for ns in namespaces:
@@ -114,28 +115,35 @@ def test_fleet_launch_three_namespaces_each_on_its_own_port(simulator, tmp_path)
     assert output.count('process has finished cleanly') == 3, output
 
 
-# ros_gz_sim's gz_sim.launch.py as ros_gz (Jazzy) declares its arguments, standing in for the
-# package where Gazebo cannot be installed.
-GZ_SIM_ARGUMENTS = ('gz_args', 'gz_version', 'ign_args', 'ign_version')
-GZ_SIM_STAND_IN = """
-from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+# Where ../shared/tools/gz-harmonic installs ros_gz (built on Jazzy; its gz_sim.launch.py loads
+# on Humble's launch too).
+SHARED_ROS_GZ = '/opt/gz/harmonic/ros'
 
 
-def generate_launch_description():
-    return LaunchDescription([DeclareLaunchArgument(name) for name in {names!r}])
-"""
+def ros_gz_sim_prefix() -> str:
+    """Return the install prefix holding ros_gz_sim (sourced, or ../shared's), or skip."""
+    from ament_index_python.packages import get_package_prefix, PackageNotFoundError
+    try:
+        return get_package_prefix('ros_gz_sim')
+    except PackageNotFoundError:
+        pass
+    marker = os.path.join(SHARED_ROS_GZ, 'share', 'ament_index', 'resource_index', 'packages',
+                          'ros_gz_sim')
+    if not os.path.isfile(marker):
+        pytest.skip('needs ros_gz_sim (ros-$ROS_DISTRO-ros-gz, or ../shared/tools/gz-harmonic)')
+    return SHARED_ROS_GZ
 
 
-def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, monkeypatch):
+def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(monkeypatch):
     from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+    from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
     from launch.launch_description_sources import get_launch_description_from_python_launch_file
     from launch_ros.actions import Node
 
     result = ros2('launch', 'ardupilot_json_bridge', 'gazebo.launch.py', '--show-args')
     assert result.returncode == 0 and 'Traceback' not in result.stdout, result.stdout
-    for name in ('world', 'bridge_config', 'params_file', 'instance'):
+    for name in ('world', 'bridge_config', 'params_file', 'instance', 'server_only',
+                 'real_time_factor'):
         assert f"'{name}'" in result.stdout
 
     description = get_launch_description_from_python_launch_file(
@@ -150,24 +158,30 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(tmp_path, mo
     assert all(os.path.isfile(defaults[name])
                for name in ('world', 'bridge_config', 'params_file'))
 
-    ros_gz = tmp_path / 'ros_gz'
-    index = ros_gz / 'share' / 'ament_index' / 'resource_index' / 'packages'
-    index.mkdir(parents=True)
-    (index / 'ros_gz_sim').write_text('')
-    (ros_gz / 'share' / 'ros_gz_sim' / 'launch').mkdir(parents=True)
-    stand_in = ros_gz / 'share' / 'ros_gz_sim' / 'launch' / 'gz_sim.launch.py'
-    stand_in.write_text(GZ_SIM_STAND_IN.format(names=GZ_SIM_ARGUMENTS))
-    monkeypatch.setenv('AMENT_PREFIX_PATH', f"{ros_gz}:{os.environ['AMENT_PREFIX_PATH']}")
+    # ros_gz_sim's own gz_sim.launch.py, found through the ament index as `ros2 launch` finds it.
+    prefix = ros_gz_sim_prefix()
+    monkeypatch.setenv('AMENT_PREFIX_PATH', f"{prefix}:{os.environ['AMENT_PREFIX_PATH']}")
+    real = os.path.join(prefix, 'share', 'ros_gz_sim', 'launch', 'gz_sim.launch.py')
     context = LaunchContext()
-    gz, bridge = [e for e in entities if isinstance(e, IncludeLaunchDescription)]
+    context.launch_configurations.update(
+        {'world': defaults['world'], 'server_only': 'true', 'real_time_factor': '0.5'})
+    (gazebo,) = [e for e in entities if isinstance(e, OpaqueFunction)]
+    (gz,) = gazebo.execute(context)
+    (bridge,) = [e for e in entities if isinstance(e, IncludeLaunchDescription)]
     for include in (gz, bridge):
         include.launch_description_source.get_launch_description(context)
-    # ros_gz_sim's launch file, found in the ament index when launched, with its arguments.
-    assert gz.launch_description_source.location == str(stand_in)
-    assert {name for name, _ in gz.launch_arguments} <= set(GZ_SIM_ARGUMENTS)
+    assert gz.launch_description_source.location == real
+    # The arguments passed are those the real files declare (read by launch, not listed here).
+    declared = {a.name for a in get_launch_description_from_python_launch_file(
+        real).get_launch_arguments()}
+    passed = {name for name, _ in gz.launch_arguments}
+    assert passed and passed <= declared, (passed, declared)
+    # Server only, the world's 1 ms steps 500 times a wall second: half speed.
+    assert dict(gz.launch_arguments)['gz_args'] == f"-r -s -z 500 {defaults['world']}"
     assert bridge.launch_description_source.location == share('launch', 'bridge.launch.py')
-    assert {name for name, _ in bridge.launch_arguments} == {
-        'namespace', 'instance', 'params_file', 'use_sim_time'}
+    assert {name for name, _ in bridge.launch_arguments} <= {
+        a.name for a in get_launch_description_from_python_launch_file(
+            share('launch', 'bridge.launch.py')).get_launch_arguments()}
     # ros_gz_bridge's parameter_bridge, configured by its documented config_file parameter.
     (topics,) = [e for e in entities if isinstance(e, Node)]
     assert topics.node_package == 'ros_gz_bridge'
@@ -200,7 +214,7 @@ def test_the_readmes_other_engine_commands_serve_sitl(start, simulator, tmp_path
     started = Running(['bash', '-c', f'exec {line}'])
     try:
         assert started.wait_for_text('listening on UDP', 60), started.output
-        replies = peer.lock_step(100, [1500] * 16, timeout=30.0, wait=0.5)
+        replies = peer.lock_step(100, [1500] * 16, timeout=30.0)
         assert len(replies) == 100, started.output[-2000:]
         assert replies[-1]['position'] == pytest.approx((0.0, 2.0, 0.0))
         if 'rover.yaml' in line:

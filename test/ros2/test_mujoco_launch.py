@@ -1,11 +1,11 @@
 """
 mujoco.launch.py flies real ArduCopter under `ros2 launch`; rosbag2 records the flight.
 
-One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with `ros2 bag
-record` (MCAP) running, and two at once (count:=2) at 250 Hz. The recorded bag then goes
-round: `ros2 bag info`, `ros2 bag play --clock` into bridge.launch.py (use_sim_time) serving a
-SITL peer, with and without --loop, and the project's own `replay` and `check`. Skips where
-the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
+One vehicle at the default rates (1 kHz IMU, 250 Hz odometry), one at 250 Hz with two `ros2
+bag record` running (MCAP, Jazzy's default, and SQLite, Humble's), and two at once (count:=2) at
+250 Hz. Each recorded bag then goes round: `ros2 bag info`, `ros2 bag play --clock` into
+bridge.launch.py (use_sim_time) serving a SITL peer (MCAP also with --loop), and the project's
+own `replay` and `check`. Skips where the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 """
 
 import contextlib
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import io
 import os
 import threading
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -37,6 +37,7 @@ ALTITUDE, HOLD = 5.0, 5.0
 # which departs from the slerp between recorded samples by the angular acceleration's share
 # (0.087 deg measured in a 250 Hz takeoff).
 POSITION_TOLERANCE, ATTITUDE_TOLERANCE_DEG = 2e-3, 0.15
+STORAGES = ['mcap', 'sqlite3']   # rosbag2's storage plugins: Jazzy's default, Humble's
 REAL_TIME_FACTOR, PACED = sitl_flight.REAL_TIME_FACTOR, sitl_flight.PACED
 
 
@@ -47,37 +48,54 @@ class LaunchedFlight:
     record: sitl_flight.FlightRecord
     launch_output: str
     sitl_log: str
+    altitude: float = ALTITUDE
+    # SITL's median gyro rate (Hz), median loop rate (Hz) and long loops, from its dataflash.
+    figures: Tuple[Optional[float], Optional[float], int] = (None, None, 0)
 
     def summary(self) -> str:
         record = self.record
         if not record.hover:
             return (f'no hover (armed {record.armed}, reached {record.reached}); SITL said '
                     f'{record.texts[-8:]}')
-        return (f'hover error {record.worst_hover_error(ALTITUDE):.3f} m (against the '
+        gyro, loop, long_loops = self.figures
+        return (f'hover error {record.worst_hover_error(self.altitude):.3f} m (against the '
                 f'simulator {record.worst_truth_error():.3f} m) over {record.sim_seconds:.1f} s '
-                f'sim, {record.wall_seconds:.0f} s wall')
+                f'sim, {record.wall_seconds:.0f} s wall; SITL gyro {gyro} Hz, loop {loop} Hz, '
+                f'{long_loops} long loops')
 
 
-def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedFlight]:
-    """Fly real ArduCopter on each instance at once, each through its launched vehicle."""
+def quad_odometry(instance: int) -> str:
+    """mujoco.launch.py's odometry topic of the vehicle serving instance."""
+    return f'/quad{instance}/odom'
+
+
+def fly_launched(instances: List[int], launched: Running, altitude: float = ALTITUDE,
+                 odometry: Callable[[int], str] = quad_odometry) -> Dict[int, LaunchedFlight]:
+    """
+    Fly real ArduCopter on each instance at once, each through its launched vehicle.
+
+    The simulator's truth is the height on odometry(instance) above its first message.
+    """
     from test_node_flight import SimulatorTruth
     domain = int(os.environ['ROS_DOMAIN_ID'])
     assert launched.wait_for_text('listening on UDP', 60, count=len(instances)), \
         launched.output
     records: Dict[int, sitl_flight.FlightRecord] = {}
     logs: Dict[int, str] = {}
+    figures: Dict[int, Tuple[Optional[float], Optional[float], int]] = {}
 
     def fly(instance: int) -> None:
-        truth = SimulatorTruth(f'/quad{instance}/odom', domain)
+        truth = SimulatorTruth(odometry(instance), domain)
         records[instance] = sitl_flight.FlightRecord()
         try:
             with start_sitl(instance) as sitl:
                 try:
                     records[instance] = sitl_flight.fly(
-                        sitl, ALTITUDE, HOLD, lambda: truth.height,
+                        sitl, altitude, HOLD, lambda: truth.height,
                         timeout=sitl_flight.FLIGHT_TIMEOUT / REAL_TIME_FACTOR)
                 finally:
                     logs[instance] = sitl.log()
+                    figures[instance] = sitl.figures()
         except (OSError, sitl_flight.SitlDied) as error:
             logs[instance] = logs.get(instance, '') + f'\nSITL: {error}'
         finally:
@@ -95,7 +113,8 @@ def fly_launched(instances: List[int], launched: Running) -> Dict[int, LaunchedF
     lines = chatter.getvalue().splitlines()
     if lines:
         print(f'pymavlink said {len(lines)} line(s), the last: {lines[-1]}')
-    return {n: LaunchedFlight(records[n], launched.output, logs[n]) for n in instances}
+    return {n: LaunchedFlight(records[n], launched.output, logs[n], altitude,
+                              figures.get(n, (None, None, 0))) for n in instances}
 
 
 def assert_hovered(flight: LaunchedFlight) -> None:
@@ -125,41 +144,60 @@ def test_real_arducopter_hovers_through_mujoco_launch_at_the_default_rates(sourc
 
 
 @pytest.fixture(scope='module')
-def recorded_flight(sourced_ros2, tmp_path_factory) -> Tuple[LaunchedFlight, str, str]:
+def recorded_flight(sourced_ros2, tmp_path_factory
+                    ) -> Tuple[LaunchedFlight, Dict[str, str], str]:
     """
-    One vehicle through mujoco.launch.py, recorded by ros2 bag record (MCAP, sim time).
+    One vehicle through mujoco.launch.py, recorded by ros2 bag record in each storage at once.
 
-    At 250 Hz: the recorder's thousands of messages a second on top of a 1 kHz simulator
+    At 250 Hz: the recorders' thousands of messages a second on top of a 1 kHz simulator
     starve SITL on a busy 2-core machine (gyro rate below its arming check).
     """
     (instance,) = free_instances(1)
     namespace = f'quad{instance}'
-    bag = str(tmp_path_factory.mktemp('bags') / 'flight')
+    folder = tmp_path_factory.mktemp('bags')
+    bags = {storage: str(folder / f'flight_{storage}') for storage in STORAGES}
     launched = launch('mujoco.launch.py', 'namespace_prefix:=quad', f'first_instance:={instance}',
                       'imu_rate:=250.0', 'odom_rate:=250.0', PACED)
-    recorder = Running(['ros2', 'bag', 'record', '-s', 'mcap', '--use-sim-time', '-o', bag,
-                        '/clock', f'/{namespace}/imu', f'/{namespace}/odom',
-                        f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
-                        '/diagnostics'])
+    flight = fly_recorded(instance, launched, bags,
+                          ['/clock', f'/{namespace}/imu', f'/{namespace}/odom',
+                           f'/{namespace}/servo_pwm', f'/{namespace}/command/motor_speed',
+                           '/diagnostics'])
+    return flight, bags, namespace
+
+
+def fly_recorded(instance: int, launched: Running, bags: Dict[str, str], topics: List[str],
+                 altitude: float = ALTITUDE, odometry: Callable[[int], str] = quad_odometry,
+                 stopping: Callable[[Running], str] = stop) -> LaunchedFlight:
+    """
+    Fly real ArduCopter through a launched vehicle while `ros2 bag record` records topics.
+
+    bags: {storage: folder}, one recorder each, all at once. The recorders and then the launch
+    are stopped by Ctrl-C, cleanly (stop_recorder, stopping).
+    """
+    recorders = {storage: Running(['ros2', 'bag', 'record', '-s', storage, '--use-sim-time',
+                                   '-o', bag, *topics]) for storage, bag in bags.items()}
     try:
-        assert recorder.wait_for_text('Recording...', 30), recorder.output
-        flight = fly_launched([instance], launched)[instance]
+        for recorder in recorders.values():
+            assert recorder.wait_for_text('Recording...', 30), recorder.output
+        flight = fly_launched([instance], launched, altitude, odometry)[instance]
+        print(f'{launched.command[3]}, recorded: {flight.summary()}')
     finally:
         try:
-            stop_recorder(recorder, bag)
+            for storage, recorder in recorders.items():
+                stop_recorder(recorder, bags[storage])
         finally:
-            output = stop(launched)
-    print(f'mujoco.launch.py at 250 Hz, recorded: {flight.summary()}')
+            output = stopping(launched)
     flight.launch_output = output
-    return flight, bag, namespace
+    return flight
 
 
 def test_real_arducopter_hovers_through_mujoco_launch_while_recorded(recorded_flight):
-    flight, bag, _ = recorded_flight
+    flight, bags, _ = recorded_flight
     assert_hovered(flight)
     assert flight.launch_output.count('process has finished cleanly') == 2, \
         flight.launch_output[-2000:]
-    assert os.path.isfile(os.path.join(bag, 'metadata.yaml'))
+    for bag in bags.values():
+        assert os.path.isfile(os.path.join(bag, 'metadata.yaml'))
 
 
 def test_two_vehicles_at_250_hz_through_mujoco_launch(sourced_ros2):
@@ -178,9 +216,12 @@ def test_two_vehicles_at_250_hz_through_mujoco_launch(sourced_ros2):
     assert output.count('process has finished cleanly') == 4, output[-2000:]
 
 
-def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight):
-    _, bag, namespace = recorded_flight
+@pytest.mark.parametrize('storage', STORAGES)
+def test_ros2_bag_info_counts_the_recorded_topics(recorded_flight, storage):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     counts = bag_info_counts(bag)
+    assert f'Storage id: {storage}' in ros2('bag', 'info', bag).stdout
     asked = {'/clock', f'/{namespace}/imu', f'/{namespace}/odom', f'/{namespace}/servo_pwm',
              f'/{namespace}/command/motor_speed', '/diagnostics'}
     assert set(counts) == asked
@@ -264,10 +305,12 @@ def takeoff_offset(messages: Dict[str, list], namespace: str) -> float:
     return max(0.0, (lifted - start) * 1e-9 - 1.0)
 
 
-@pytest.mark.parametrize('loop', [False, True])
+@pytest.mark.parametrize('storage, loop', [('mcap', False), ('mcap', True),
+                                           ('sqlite3', False)])
 def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
-        recorded_flight, tmp_path, loop):
-    _, bag, namespace = recorded_flight
+        recorded_flight, tmp_path, storage, loop):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     messages = read_bag(bag)
     start = takeoff_offset(messages, namespace)
     (instance,) = free_instances(1)
@@ -281,7 +324,7 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         assert launched.wait_for_text('listening on UDP', 60), launched.output
         # Three seconds of the takeoff, or, looping over three seconds, more than two rounds.
         frames = 1200 * (7 if loop else 3)
-        replies = peer.lock_step(frames, [1000] * 16, timeout=60.0, wait=0.5)
+        replies = peer.lock_step(frames, [1000] * 16, timeout=60.0)
     finally:
         peer.close()
         player.interrupt()
@@ -310,8 +353,10 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
         assert position < POSITION_TOLERANCE and attitude < ATTITUDE_TOLERANCE_DEG
 
 
-def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight):
-    _, bag, namespace = recorded_flight
+@pytest.mark.parametrize('storage', STORAGES)
+def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight, storage):
+    _, bags, namespace = recorded_flight
+    bag = bags[storage]
     checked = ros2('run', 'ardupilot_json_bridge', 'ardupilot-json-bridge', 'check', bag,
                    '--namespace', namespace, '--config', share('config', 'mujoco_quad_x.yaml'))
     assert checked.returncode == 0, checked.stdout
@@ -324,7 +369,7 @@ def test_a_ros2_bag_recorded_flight_replays_and_passes_check(recorded_flight):
                       str(instance)])
     try:
         assert replay.wait_for_text('listening on UDP', 30), replay.output
-        replies = peer.lock_step(2000, [1000] * 16, timeout=60.0, wait=0.5)
+        replies = peer.lock_step(2000, [1000] * 16, timeout=60.0)
     finally:
         peer.close()
         replay.interrupt()

@@ -29,7 +29,7 @@ def mujoco_recording(folder: str) -> str:
     peer = SitlPeer(9002 + 10 * instance)
     try:
         assert engine.wait_for_text('listening on UDP', 60), engine.output
-        assert len(peer.lock_step(1800, [1000] * 16, timeout=60.0, wait=0.5)) == 1800
+        assert len(peer.lock_step(1800, [1000] * 16, timeout=60.0)) == 1800
     finally:
         peer.close()
         engine.interrupt()
@@ -59,7 +59,7 @@ def test_the_projects_bags_open_in_ros2_bag_info_and_play_into_the_node(which, t
     player = Running(['ros2', 'bag', 'play', bag, '--loop', *clock])
     try:
         assert launched.wait_for_text('listening on UDP', 60), launched.output
-        replies = peer.lock_step(600, [1000] * 16, timeout=60.0, wait=0.5)
+        replies = peer.lock_step(600, [1000] * 16, timeout=60.0)
     finally:
         peer.close()
         player.interrupt()

@@ -1,0 +1,111 @@
+"""
+gazebo.launch.py flies real ArduCopter in real Gazebo (Harmonic, through ros_gz_bridge).
+
+Gazebo runs server-only (no display here) at half the wall clock, as the README advises for a
+small or busy machine; SITL is the project's quad X. The hover is judged on Gazebo's own pose
+of the model (OdometryPublisher's pose: the world pose of the model, no noise), not on SITL's
+estimate. `ros2 bag record` records the flight, and the project's `check` judges the bag.
+Skips in one line where Gazebo and ros_gz (source /opt/gz/harmonic/activate.sh) or the
+prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
+"""
+
+import os
+import shutil
+from typing import Optional, Tuple
+
+import pytest
+
+from ros2_tools import free_instances, launch, ros2, Running, share, stop
+import sitl_flight
+
+GAZEBO_ALTITUDE = 10.0
+# The issue's bound: SITL's altitude and the target, each against Gazebo's pose of the model.
+GAZEBO_HOVER_TOLERANCE = 0.3
+# ros_gz_sim runs `gz sim` through a shell, which the launch's SIGINT kills: launch reports
+# "[ERROR] [gazebo-1]: process has died [pid N, exit code -2, ...]" on every Ctrl-C.
+GAZEBO_SIGINT = "exit code -2, cmd 'ruby $(which gz) sim"
+# ros_gz_bridge 1.0.5's parameter_bridge sometimes aborts on the second SIGINT of a Ctrl-C
+# (the terminal's to the group and launch's own): "corrupted double-linked list", exit -6.
+BRIDGE_SIGABRT = "exit code -6, cmd '/opt/gz/harmonic/ros/lib/ros_gz_bridge/parameter_bridge"
+
+
+def gazebo_missing() -> Optional[str]:
+    """Return why Gazebo flights cannot run here, or None when they can."""
+    if shutil.which('gz') is None:
+        return 'needs Gazebo Harmonic and ros_gz (source /opt/gz/harmonic/activate.sh): no gz'
+    from ament_index_python.packages import get_package_share_directory
+    for package in ('ros_gz_sim', 'ros_gz_bridge'):
+        try:
+            get_package_share_directory(package)
+        except LookupError:
+            return f'needs ros_gz ({package} is not in the sourced ROS 2)'
+    return None
+
+
+@pytest.fixture(scope='module')
+def gazebo(sourced_ros2) -> None:
+    """Skip (one line) without Gazebo; give Gazebo transport a partition of this run's own."""
+    reason = gazebo_missing()
+    if reason:
+        pytest.skip(reason)
+    if sitl_flight.sitl_binary() is None:
+        pytest.skip(f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder with '
+                    'arducopter and copter.parm')
+    # Gazebo transport finds every process of its partition on the machine, as DDS does
+    # within a domain: another run's Gazebo must not be heard.
+    os.environ['GZ_PARTITION'] = f'ardupilot_json_bridge_{os.getpid()}'
+
+
+@pytest.fixture(scope='module')
+def gazebo_flight(gazebo, tmp_path_factory) -> Tuple[object, str]:
+    """
+    One flight through gazebo.launch.py, recorded by ros2 bag record (MCAP, sim time).
+
+    Returns the flight (test_mujoco_launch.LaunchedFlight) and the bag's folder.
+    """
+    from test_mujoco_launch import fly_recorded
+    (instance,) = free_instances(1)
+    bag = str(tmp_path_factory.mktemp('bags') / 'gazebo_flight')
+    launched = launch('gazebo.launch.py', 'server_only:=true', f'instance:={instance}',
+                      sitl_flight.PACED)
+    flight = fly_recorded(instance, launched, {'mcap': bag},
+                          ['/clock', '/quad/imu', '/quad/odom', '/quad/servo_pwm',
+                           '/quad/command/motor_speed'], GAZEBO_ALTITUDE, lambda _: '/quad/odom',
+                          stop_gazebo)
+    return flight, bag
+
+
+def stop_gazebo(launched: Running) -> str:
+    """Ctrl-C gazebo.launch.py: all end within seconds, gz sim of the SIGINT, no other error."""
+    return stop(launched, known=(GAZEBO_SIGINT, BRIDGE_SIGABRT))
+
+
+def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_flight):
+    flight, _ = gazebo_flight
+    output = flight.launch_output
+    record = flight.record
+    assert record.armed and record.reached, (record.texts, output[-3000:],
+                                             flight.sitl_log[-2000:])
+    assert record.frame == 'Frame: QUAD/X', record.texts
+    assert record.sim_seconds >= 5.0
+    heights = [truth for _, _, truth in record.hover]
+    print(f"Gazebo's height over the hover: {min(heights):.3f} to {max(heights):.3f} m")
+    assert max(abs(h - GAZEBO_ALTITUDE) for h in heights) < GAZEBO_HOVER_TOLERANCE, record.hover
+    assert record.worst_truth_error() < GAZEBO_HOVER_TOLERANCE, record.hover
+    assert record.landed, ('not disarmed after LAND; SITL said', record.texts[-10:])
+    # The bridge ended cleanly on Ctrl-C, Gazebo of the SIGINT (ros_gz_bridge: see above).
+    assert '[bridge-3]: process has finished cleanly' in output, output[-3000:]
+    assert output.count(GAZEBO_SIGINT) == 1, output[-3000:]
+
+
+@pytest.mark.xfail(strict=True, reason='open: on the Gazebo bag of 2026-11-26 the gravity check '
+                   'fitted specific force = 0.67 x the odometry acceleration + 9.80 up (wrong); '
+                   "Gazebo's IMU or the fit, not yet found (docs/gazebo.md)")
+def test_the_gazebo_flights_bag_passes_check(gazebo_flight):
+    """Every check of the Gazebo bag ok or undecided (exit 0): Gazebo's messages as read."""
+    _, bag = gazebo_flight
+    checked = ros2('run', 'ardupilot_json_bridge', 'ardupilot-json-bridge', 'check', bag,
+                   '--namespace', 'quad', '--config', share('config', 'quad_x.yaml'),
+                   timeout=300.0)
+    print(checked.stdout)
+    assert checked.returncode == 0, checked.stdout
