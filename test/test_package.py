@@ -86,7 +86,10 @@ def test_ros_executables_and_lib_script_dir_only_for_colcon(argv, for_colcon):
     assert arguments['options'] == expected
 
 
-PIP_22 = 'pip==22.0.2'  # Ubuntu 22.04's, so ROS 2 Humble's
+# Ubuntu 22.04's, so ROS 2 Humble's: a setuptools older than 64 has no PEP 660 editable
+# wheels, so pip 22 runs `setup.py develop` (a newer one would hide what Humble users meet).
+PIP_22 = 'pip==22.0.2'
+SETUPTOOLS_HUMBLE = 'setuptools==59.6.0'
 
 
 def test_pip_22_editable_install_puts_the_command_on_path(tmp_path):
@@ -94,10 +97,11 @@ def test_pip_22_editable_install_puts_the_command_on_path(tmp_path):
     subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True)
     python = str(venv / 'bin' / 'python')
     # pip 22 runs on Python 3.10 and 3.11 and needs setuptools in the venv (3.12 has none).
-    got = subprocess.run([python, '-m', 'pip', 'install', '--quiet', PIP_22, 'setuptools'],
+    got = subprocess.run([python, '-m', 'pip', 'install', '--quiet', PIP_22, SETUPTOOLS_HUMBLE],
                          capture_output=True, text=True, timeout=300)
     if got.returncode:
-        pytest.skip(f'{PIP_22} not installable here: {got.stderr.strip().splitlines()[-1:]}')
+        pytest.skip(f'{PIP_22} with {SETUPTOOLS_HUMBLE} not installable here: '
+                    f'{got.stderr.strip().splitlines()[-1:]}')
     version = subprocess.run([python, '-m', 'pip', '--version'], capture_output=True,
                              text=True, check=True).stdout
     assert version.startswith('pip 22.0.2 ')

@@ -597,3 +597,15 @@ def test_messages_missing_from_a_fixed_rate_source_are_counted_by_their_stamps()
     assert state.meters['imu'].missed == 5
     assert state.meters['imu'].stamp_step == pytest.approx(0.001)
     assert state.meters['odometry'].missed == 0
+
+
+def test_one_early_stamp_does_not_change_a_fixed_rate_sources_period():
+    # IMU at 1 kHz in microseconds: one stamp 50 us after the one before (a simulator's
+    # catch-up step), then 2 messages lost at 30 ms. Only those 2 are missing.
+    state = SensorState(StateSettings(), clock=FakeClock())
+    imu_us = [us for us in range(0, 41000, 1000) if us not in (30000, 31000)]
+    imu_us.insert(imu_us.index(10000) + 1, 10050)
+    for us in imu_us:
+        state.push_imu(imu(us / 1e6))
+    assert state.meters['imu'].stamp_step == pytest.approx(0.001)
+    assert state.meters['imu'].missed == 2

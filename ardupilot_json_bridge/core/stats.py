@@ -1,7 +1,8 @@
 """Counters and meters of the link and its inputs, read by diagnostics and the runner."""
 
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 LATENCY_WINDOW = 2048
 RATE_SMOOTHING = 0.05
@@ -9,6 +10,9 @@ RATE_SMOOTHING = 0.05
 # is a pause or a jump of the source, not drops.
 STEP_TOLERANCE = 1.5
 MAX_DROP_GAP = 1.0
+# A fixed-rate source's period is the median of its last STEP_WINDOW stamp gaps: one stamp
+# early or late (jitter, a simulator catching up) does not move it, a change of rate does.
+STEP_WINDOW = 15
 
 
 class InputMeter:
@@ -30,9 +34,10 @@ class InputMeter:
         self.fault_is_error = False
         self.last_arrival: Optional[float] = None
         self._interval: Optional[float] = None
-        # Of a fixed-rate source (IMU, odometry): its period by its stamps (the smallest step
-        # seen), and the messages its stamps say never arrived (note_stamp_gap).
+        # Of a fixed-rate source (IMU, odometry): its period by its stamps (the median of the
+        # recent gaps), and the messages its stamps say never arrived (note_stamp_gap).
         self.stamp_step: Optional[float] = None
+        self._stamp_gaps: Deque[float] = deque(maxlen=STEP_WINDOW)
         self.missed = 0
 
     def record(self, arrival: float) -> None:
@@ -54,11 +59,12 @@ class InputMeter:
         a lost datagram): the stamps are where it shows. A gap over MAX_DROP_GAP is a pause or
         a jump, not drops.
         """
-        if gap <= 0.0:
+        if gap <= 0.0 or gap > MAX_DROP_GAP:
             return
-        if self.stamp_step is None or gap < self.stamp_step:
-            self.stamp_step = gap
-        elif STEP_TOLERANCE * self.stamp_step < gap <= MAX_DROP_GAP:
+        gaps = self._stamp_gaps
+        gaps.append(gap)
+        self.stamp_step = sorted(gaps)[len(gaps) // 2]
+        if gap > STEP_TOLERANCE * self.stamp_step:
             self.missed += round(gap / self.stamp_step) - 1
 
     def rate(self) -> float:
