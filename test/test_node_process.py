@@ -307,10 +307,14 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
         assert list(message.velocity) == pytest.approx(
             [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
         assert len(message.position) == 0 and len(message.normalized) == 0
-        # The physics time of a state the simulator published (on its 4 ms steps), and the
-        # body's frame.
-        stamp_ns = message.header.stamp.sec * 10**9 + message.header.stamp.nanosec
-        assert stamp_ns > 0 and stamp_ns % round(STEP * 1e9) == 0, stamp_ns
+        # The physics time of a reply's instant, and the body's frame: reply k describes the
+        # simulator's time at the session's first frame (one of its 4 ms steps) plus its
+        # timestamp k / 1200 s (SITL's frame grid), so the stamp less some reply's timestamp
+        # is one of the simulator's steps.
+        stamp = message.header.stamp.sec + message.header.stamp.nanosec * 1e-9
+        assert stamp > 0 and any(
+            abs((stamp - r['timestamp']) / STEP - round((stamp - r['timestamp']) / STEP)) < 1e-4
+            for r in replies), stamp
         assert message.header.frame_id == 'base_link'
     finally:
         peer.close()
