@@ -71,6 +71,9 @@ class FaultyRelay:
         self.duplication = {'to_bridge': duplication, 'to_sitl': duplication
                             if reply_duplication is None else reply_duplication}
         self.random = random.Random(seed)
+        # Off: every datagram passes, delayed only (a flight boots and climbs on a sound wire,
+        # then meets the faults in its hover: see test_faulty_wire).
+        self.faulty = True
         self.sitl_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sitl_side.bind(listen)
         self.bridge_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -100,6 +103,8 @@ class FaultyRelay:
                 return
             if way == 'to_bridge':
                 self.sitl = sender
+            elif sender[:2] != self.bridge[:2]:
+                continue   # not the bridge: another test's peer aiming at a port it once had
             else:
                 self._note('reply', data, False)
             self._schedule(way, data)
@@ -110,13 +115,14 @@ class FaultyRelay:
         with self._lock:
             self._sequence += 1
             sequence = self._sequence
-            if self.random.random() < self.loss:
+            faulty = self.faulty
+            if faulty and self.random.random() < self.loss:
                 faults.lost += 1
                 return
             now = time.monotonic()
             due = now + self.delay + self.random.uniform(-self.jitter, self.jitter)
             heapq.heappush(self._queue, (due, sequence, way, data, False))
-            if self.random.random() < self.duplication[way]:
+            if faulty and self.random.random() < self.duplication[way]:
                 faults.duplicated += 1
                 late = due + self.random.uniform(0.0, REORDER_HOLD)
                 heapq.heappush(self._queue, (late, sequence, way, data, True))

@@ -335,11 +335,13 @@ class Flight:
 
 def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
         timeout: float = FLIGHT_TIMEOUT, leg: float = 0.0,
-        connect: Callable[[Sitl], Flight] = Flight) -> FlightRecord:
+        connect: Callable[[Sitl], Flight] = Flight,
+        hover: Callable[[bool], None] = lambda starts: None) -> FlightRecord:
     """
     EKF ready, GUIDED, arm, take off to altitude, hold for hold s of sim time, land.
 
-    With leg, fly leg m north after the hold (moved says it got there), then land.
+    With leg, fly leg m north after the hold (moved says it got there), then land. hover is
+    told True when the hold starts and False when it ends (a faulty wire's faults then).
 
     truth gives the simulator's own height above its start, sampled with SITL's altitude;
     connect opens the MAVLink session (SITL on another host: from inside that host).
@@ -360,12 +362,14 @@ def fly(sitl: Sitl, altitude: float, hold: float, truth: Callable[[], float],
         if not record.reached:
             return record
         flight.pump(2.0)
+        hover(True)
         begin, hover_started = flight.boot_ms, time.monotonic()
         while flight.boot_ms - begin < hold * 1000 and time.monotonic() - started < timeout:
             flight.pump(0.05)
             record.hover.append((flight.boot_ms / 1000.0, flight.relative_alt, truth()))
         record.sim_seconds = (flight.boot_ms - begin) / 1000.0
         record.hover_wall_seconds = time.monotonic() - hover_started
+        hover(False)
         if leg:
             flight.go_north(leg, altitude)
             record.moved = flight.wait(lambda: flight.north > leg - 0.5, timeout / 4)
