@@ -71,8 +71,8 @@ class FaultyRelay:
         self.duplication = {'to_bridge': duplication, 'to_sitl': duplication
                             if reply_duplication is None else reply_duplication}
         self.random = random.Random(seed)
-        # Off: every datagram passes, delayed only (a flight boots and climbs on a sound wire,
-        # then meets the faults in its hover: see test_faulty_wire).
+        # Off: every datagram passes at once (a flight boots and climbs on a sound wire, then
+        # meets the faults in its hover: see test_faulty_wire).
         self.faulty = True
         self.sitl_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sitl_side.bind(listen)
@@ -120,7 +120,8 @@ class FaultyRelay:
                 faults.lost += 1
                 return
             now = time.monotonic()
-            due = now + self.delay + self.random.uniform(-self.jitter, self.jitter)
+            due = now + (self.delay + self.random.uniform(-self.jitter, self.jitter)
+                         if faulty else 0.0)
             heapq.heappush(self._queue, (due, sequence, way, data, False))
             if faulty and self.random.random() < self.duplication[way]:
                 faults.duplicated += 1
