@@ -9,6 +9,7 @@ import struct
 import time
 import types
 
+import pytest
 from test_link import wait_for
 
 from ardupilot_json_bridge.link.link_process import (
@@ -116,7 +117,10 @@ def test_a_frame_before_any_physics_time_commands_but_is_not_recorded():
     assert math.isnan(stamp) and rate == 1200 and pwm == [1500] * 4
 
 
-def test_the_link_process_killed_is_told_once_and_closing_is_not(caplog):
+@pytest.mark.parametrize('unread', [0, 50])
+def test_the_link_process_killed_is_told_once_and_closing_is_not(caplog, unread):
+    # unread: samples the node forwarded that the child never read (a simulator publishing):
+    # the channel then resets (ECONNRESET) instead of ending, which went unseen.
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(('127.0.0.1', 0))
     logger = logging.getLogger('test.link_process.ended')
@@ -127,6 +131,9 @@ def test_the_link_process_killed_is_told_once_and_closing_is_not(caplog):
         with caplog.at_level(logging.INFO, logger='test.link_process.ended'):
             assert wait_for(lambda: any('listening' in r.getMessage() for r in caplog.records),
                             30.0)
+            os.kill(link.process.pid, signal.SIGSTOP)
+            for _ in range(unread):
+                link.push_serialized(0, b'\x00\x01\x00\x00' + bytes(300))
             os.kill(link.process.pid, signal.SIGKILL)
             assert wait_for(lambda: told, 10.0)
     finally:

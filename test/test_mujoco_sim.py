@@ -189,6 +189,16 @@ def test_a_number_that_cannot_work_is_one_fatal_line(parameter, message):
     assert 'Traceback' not in output, output
 
 
+def test_a_fleet_prefix_no_topic_can_take_is_one_fatal_line():
+    # A name can not start with a digit: an InvalidTopicNameException traceback.
+    with reaped(simulator('/badprefix', 'namespace_prefix:=1bad', 'vehicles:=2')) as process:
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    (fatal,) = [line for line in output.splitlines() if 'FATAL' in line]
+    assert '1bad' in fatal, output
+    assert 'Traceback' not in output, output
+
+
 def test_numbers_given_as_integers_are_taken():
     # imu_rate:=250 and wind:=[5, 0, 0] are integers to ROS: declared as doubles, they ended
     # the simulator with an InvalidParameterTypeException traceback.

@@ -253,7 +253,18 @@ def test_the_link_process_killed_is_said_on_diagnostics_then_the_node_exits_1():
                 return [status for report in simulator.diagnostics for status in report.status
                         if status.name == 'uav4/json_sitl_bridge: SITL link']
             assert wait_for(link_statuses, 30.0), node.stdout.read() if node.poll() else ''
+
+            def imu_counted() -> bool:
+                return any(status.name == 'uav4/json_sitl_bridge: input imu'
+                           and any(v.key == 'messages' and int(v.value) > 0
+                                   for v in status.values)
+                           for report in simulator.diagnostics for status in report.status)
+            assert wait_for(imu_counted, 30.0)    # samples flow into the link process
             (link_process,) = child_pids(node.pid)
+            # Stopped first, so that the simulator's samples wait unread in the channel when
+            # it dies (the channel then resets rather than ends: the node must see both).
+            os.kill(link_process, signal.SIGSTOP)
+            time.sleep(0.5)
             os.kill(link_process, signal.SIGKILL)
             output, _ = node.communicate(timeout=15)
         assert node.returncode == 1, output
@@ -295,26 +306,46 @@ def test_gazebo_preset_publishes_real_actuator_msgs():
                '__ns:=/uav1', '--params-file', gazebo_preset, '-p', 'use_sim_time:=true', '-p',
                f'port:={port}']
     try:
+        # Each frame's own PWM, so that each new frame's commands go out and say which frame
+        # they are (the rotor commands of frame k, first rotor's).
+        pwms = [[1200 + 5 * k, 1500, 1300, 1100] + [1000] * 12 for k in range(100)]
         with reaped(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)) as node:
-            replies = peer.lock_step(100, [1900, 1500, 1300, 1100] + [1000] * 12, timeout=30.0)
+            replies = [reply for pwm in pwms
+                       for reply in peer.lock_step(1, pwm, timeout=30.0)]
             assert len(replies) == 100
-            assert wait_for(lambda: received)
+            # The last frame's commands came (a reliable depth-10 queue may drop some between).
+            last = motor_command(pwms[-1][0])
+            assert wait_for(lambda: received and abs(received[-1].velocity[0] - last) < 1e-6)
             node.send_signal(signal.SIGTERM)
             output, _ = node.communicate(timeout=15)
         assert node.returncode == 0 and 'refused' not in output, output
         message = received[-1]
         assert list(message.velocity) == pytest.approx(
-            [motor_command(pwm) for pwm in (1900, 1500, 1300, 1100)])
+            [motor_command(pwm) for pwm in pwms[-1][:4]])
         assert len(message.position) == 0 and len(message.normalized) == 0
-        # The physics time of a reply's instant, and the body's frame: reply k describes the
-        # simulator's time at the session's first frame (one of its 4 ms steps) plus its
-        # timestamp k / 1200 s (SITL's frame grid), so the stamp less some reply's timestamp
-        # is one of the simulator's steps.
-        stamp = message.header.stamp.sec + message.header.stamp.nanosec * 1e-9
-        assert stamp > 0 and any(
-            abs((stamp - r['timestamp']) / STEP - round((stamp - r['timestamp']) / STEP)) < 1e-4
-            for r in replies), stamp
+        # Stamped with the physics time of the reply SITL computed the frame's PWM from: frame
+        # k's commands with reply k - 1's instant. Reply k describes the simulator's time at
+        # the session's first frame (one of its 4 ms steps) plus its timestamp (k / 1200 s on
+        # SITL's frame grid), and later by whole frames more where the node passed physics
+        # over (a SITL falling behind a simulator that runs on): every command's stamp less
+        # reply k - 1's timestamp is that first instant, or later by whole frames. (The
+        # node's /clock, 4 ms steps paced by the wall clock, is not.)
+        first_rotor = [motor_command(pwm[0]) for pwm in pwms]
+        bases = []
+        for command_message in received:
+            frame = min(range(100),
+                        key=lambda k: abs(first_rotor[k] - command_message.velocity[0]))
+            if frame == 0:
+                continue                # before any reply: no physics time yet
+            stamp = command_message.header.stamp
+            bases.append(stamp.sec + stamp.nanosec * 1e-9 - replies[frame - 1]['timestamp'])
+        assert len(bases) >= 20, len(bases)
+        frames_passed_over = [(later - base) * 1200 for base, later in zip(bases, bases[1:])]
+        assert all(frames > -2e-3 and abs(frames - round(frames)) < 2e-3
+                   for frames in frames_passed_over), frames_passed_over
+        steps = bases[0] / STEP
+        assert bases[0] > 0 and steps == pytest.approx(round(steps), abs=1e-3)
         assert message.header.frame_id == 'base_link'
     finally:
         peer.close()

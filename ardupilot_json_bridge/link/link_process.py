@@ -157,7 +157,9 @@ class LinkProcess:
             try:
                 data = self._channel.recv(MAX_MESSAGE)
             except OSError:
-                return
+                # The child gone with samples it never read resets the channel (ECONNRESET)
+                # rather than ending it: the same end.
+                data = b''
             if not data:
                 if not self._closing:
                     self._ended()

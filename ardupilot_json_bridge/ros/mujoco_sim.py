@@ -28,7 +28,7 @@ from geometry_msgs.msg import Vector3Stamped
 from nav_msgs.msg import Odometry
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterException
+from rclpy.exceptions import InvalidTopicNameException, ParameterException
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -310,8 +310,8 @@ def command_groups(preset: Optional[str], command_type: str,
 
 
 def main(args: Optional[List[str]] = None) -> int:
-    return run_node(MujocoSim, 'mujoco_sim', (VehicleError, ValueError, ParameterException),
-                    args)
+    fatal = (VehicleError, ValueError, ParameterException, InvalidTopicNameException)
+    return run_node(MujocoSim, 'mujoco_sim', fatal, args)
 
 
 if __name__ == '__main__':

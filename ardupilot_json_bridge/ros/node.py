@@ -39,8 +39,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray, Header, MultiArrayLayout
 
 from ardupilot_json_bridge.config import (
-    BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, OUTPUT_SETTINGS, PARAMETERS,
-    ParameterSpec)
+    BridgeConfig, config_from_parameters, ConfigError, NODE_NAME, one_line, OUTPUT_SETTINGS,
+    PARAMETERS, ParameterSpec)
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.wakeup import Wakeup
@@ -370,7 +370,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
     except RuntimeError as error:
         # rcl refusing its arguments (RCLError: a --params-file that is missing or not YAML,
         # a bad remapping) is the user's input: one line, as for a bad parameter.
-        rclpy.logging.get_logger(name).fatal(' '.join(str(error).split()))
+        rclpy.logging.get_logger(name).fatal(one_line(error))
         return 1
     stop = Wakeup()
     node: Optional[Node] = None
@@ -397,7 +397,7 @@ def run_node(factory: Callable[[], Node], name: str, fatal: Tuple[type, ...],
         if failure:
             raise failure[0]
     except fatal as error:
-        rclpy.logging.get_logger(name).fatal(str(error))
+        rclpy.logging.get_logger(name).fatal(one_line(error))
         return 1
     finally:
         stop.ignore_signals()
