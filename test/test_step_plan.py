@@ -2,12 +2,14 @@
 
 import math
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import GRID, StateSettings
 from ardupilot_json_bridge.core.step_plan import StepPlan
+from ardupilot_json_bridge.messages.inputs import stamp_seconds, time_parts
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 
@@ -64,18 +66,39 @@ class PausedWorld:
     A paused simulator at 1 kHz that moves only when stepped: the body flies x = 2 t metres.
 
     Each step publishes IMU; every fourth, odometry (250 Hz, as mujoco_sim and Gazebo do).
+    With ros_clock, its clock is a floating-point sum of its steps from start and its stamps
+    are whole nanoseconds (mujoco_sim's, through builtin_interfaces/Time), and the plan starts
+    from two of them as the bridge measures it; else stamps are exact multiples of 1 ms.
     """
 
-    def __init__(self, link) -> None:
+    def __init__(self, link, start: float = 0.0, ros_clock: bool = False) -> None:
         self.link = link
-        self.plan = StepPlan(0.0, 0.001)
+        self.ros_clock = ros_clock
+        self.time = 0.0
         self.steps_taken = 0
+        while self.time < start - 1e-9:
+            self.time += 0.001
+            self.steps_taken += 1
         self.asked = []
         self.lock = threading.Lock()
-        self._publish(0)
+        self._publish(self.steps_taken)
+        before = self.stamp()
+        self._take_step()
+        self.plan = StepPlan(self.stamp(), self.stamp() - before)
+
+    def stamp(self) -> float:
+        if not self.ros_clock:
+            return self.steps_taken * 0.001
+        sec, nanosec = time_parts(self.time)
+        return stamp_seconds(SimpleNamespace(stamp=SimpleNamespace(sec=sec, nanosec=nanosec)))
+
+    def _take_step(self) -> None:
+        self.time += 0.001
+        self.steps_taken += 1
+        self._publish(self.steps_taken)
 
     def _publish(self, step: int) -> None:
-        stamp = step * 0.001
+        stamp = self.stamp()
         state = self.link.state
         if step % 4 == 0:
             state.push_odometry(OdometrySample(stamp, (2.0 * stamp, 0.0, 0.0), (2.0, 0.0, 0.0),
@@ -87,8 +110,7 @@ class PausedWorld:
             self.asked.append(instant)
             steps = self.plan.steps_to(instant)
             for _ in range(steps):
-                self.steps_taken += 1
-                self._publish(self.steps_taken)
+                self._take_step()
             self.plan.stepped(steps)
 
 
@@ -102,11 +124,36 @@ def test_a_link_stepping_a_paused_world_answers_every_frame_exactly_on_sitls_gri
     peer = make_peer(link.address[1])
     replies = [peer.step() for _ in range(240)]
     # SITL at 1200 Hz (the peer's frame rate): reply k is at k / 1200 s, and the body, at
-    # x = 2 t, is at 2 k / 1200 m: interpolated between the 1 ms steps, exactly.
+    # x = 2 t, is at 2 k / 1200 m: interpolated between the 1 ms steps, exactly. The grid
+    # starts at the step the plan starts from (1 ms).
     for k, reply in enumerate(replies):
         assert reply['timestamp'] == pytest.approx(k / 1200, abs=1e-9)
-        assert reply['position'][0] == pytest.approx(2 * k / 1200, abs=1e-9)
+        assert reply['position'][0] == pytest.approx(2 * (0.001 + k / 1200), abs=1e-9)
     # The world never ran ahead of the frame asked for by a step or more: 240 frames of
-    # 1 / 1200 s are 0.19917 s, the first step at or after it is the 200th.
-    assert world.steps_taken == 200
+    # 1 / 1200 s are 0.19917 s, the first step at or after it is the 200th after the first.
+    assert world.steps_taken == 1 + 200
+    assert link.stats.unanswered == 0
+
+
+def test_frames_on_a_step_of_a_summed_nanosecond_clock_are_answered_without_a_resend(
+        make_link, make_peer):
+    # mujoco_sim's clock sums its 1 ms steps in floating point and its stamps are whole
+    # nanoseconds; SITL's grid is origin + k / 1200. Every sixth frame falls on a step, and
+    # there the two roundings may differ, the more often the longer it runs (every other time
+    # after eight seconds): the plan counted the step as reaching the frame's instant, the
+    # state found the sample short of it by 1e-16 s and waited for a step nobody asked for,
+    # until SITL resent the frame 1.1 s later (real ArduCopter crawled at 20 frames a wall
+    # second and never armed). Before the fix this peer, which does not resend, got no reply
+    # to frame 4830.
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=0.5)
+    world = PausedWorld(link, ros_clock=True)
+    link.on_wait = world.on_wait
+    peer = make_peer(link.address[1])
+    frames = 10 * 1200
+    for k in range(frames):
+        reply = peer.step(timeout=1.0)
+        assert reply['timestamp'] == pytest.approx(k / 1200, abs=1e-9)
+        assert reply['position'][0] == pytest.approx(2 * (0.001 + k / 1200), abs=1e-6)
+    # (frames - 1) / 1200 s on: the first 1 ms step at or after it, from the plan's start.
+    assert world.steps_taken == 1 + math.ceil((frames - 1) / 1.2 - 1e-6)
     assert link.stats.unanswered == 0

@@ -14,9 +14,13 @@ samples either side, exactly at the instant on SITL's grid (the state's grid pac
 import math
 from typing import Optional
 
+from ardupilot_json_bridge.core.clocks import SAME_INSTANT
+
 # Instants this close past a step (s) count as on it: the grid's and the simulator's
-# arithmetic round differently.
-ON_STEP = 1e-7
+# arithmetic round differently. Well inside SAME_INSTANT, by which the state takes a sample
+# before an instant as at it: a step this plan counts as reaching an instant always does, even
+# where the simulator's own sum of its steps drifts from the plan's product.
+ON_STEP = SAME_INSTANT / 10
 
 
 class StepPlan:
