@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Iterator, List
 
 import pytest
@@ -77,6 +78,7 @@ def fly_in_lock_step(vehicles: int, hogs: int) -> None:
         records = fly_together(sitls, truths)
         logs = [sitl.log() for sitl in sitls]
         figures = [sitl.figures() for sitl in sitls]
+        flown = time.time()   # the nodes' log stamps are wall-clock time
         for process in processes:
             process.terminate()
         outputs = [process.communicate(timeout=15)[0] for process in processes]
@@ -86,6 +88,15 @@ def fly_in_lock_step(vehicles: int, hogs: int) -> None:
         assert process.returncode == 0, tail(output)
     assert 'Traceback' not in everything, tail(everything)
     assert 'lock-step through ROS with the simulator' in everything, tail(everything)
+    for output in outputs:
+        # Once stepping, and until the processes are stopped (the simulator first: a frame then
+        # waits for a step that never comes), no frame waits for SITL's resend (a frame on a
+        # simulator step did: the state and the step plan rounded its instant differently).
+        stepping = output.partition('lock-step through ROS with the simulator')[2]
+        waited = [line for line in stepping.splitlines()
+                  if ('no reply to SITL frame' in line or 'SITL sent frame' in line)
+                  and float(re.search(r'\] \[(\d+\.\d+)\]', line).group(1)) < flown]
+        assert not waited, '\n'.join(waited[:10])
     for vehicle, (record, log, figure) in enumerate(zip(records, logs, figures)):
         gyro, loop, long_loops = figure
         said = (f'vehicle {vehicle}: SITL gyro rate {gyro} Hz, loop rate {loop} Hz, '

@@ -45,6 +45,8 @@ from ardupilot_json_bridge.core.step_plan import StepPlan
 WARM_UP = 0.01
 # How long a call or a clock may take before the bridge says it is still waiting (s).
 PATIENCE = 5.0
+# How often a call that is not answered (the simulator stopped first) checks for close() (s).
+STOP_CHECK = 0.1
 # simulation_interfaces/msg/SimulatorFeatures and SimulationState values used here.
 STEP_SINGLE, STEP_MULTIPLE, STEP_ACTION = 31, 32, 33
 STATE_GETTING, STATE_SETTING, STATE_PAUSE = 24, 25, 26
@@ -86,16 +88,19 @@ class Waiter:
         self._log = log
 
     def result(self, future: Any, what: str) -> Any:
-        """Return the future's result once done; None if stopping first."""
+        """Return the future's result once done; None if stopping first (within STOP_CHECK)."""
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        waited = 0.0
-        while not done.wait(PATIENCE):
+        waited = said = 0.0
+        while not done.wait(STOP_CHECK):
             if self._stop.is_set():
                 return None
-            waited += PATIENCE
-            self._log.warning('slow', f'sim_control: {what} has not answered in '
-                                      f'{waited:.0f} s; still waiting (is the simulator up?)')
+            waited += STOP_CHECK
+            if waited - said >= PATIENCE:
+                said = waited
+                self._log.warning('slow', f'sim_control: {what} has not answered in '
+                                          f'{waited:.0f} s; still waiting (is the simulator '
+                                          'up?)')
         if self._stop.is_set():
             return None
         return future.result()
