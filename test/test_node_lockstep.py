@@ -27,6 +27,7 @@ pytest.importorskip('simulation_interfaces',
 pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from conftest import reaped  # noqa: E402
+from ros2_tools import free_instances  # noqa: E402
 import sitl_flight  # noqa: E402
 from test_node_flight import CONFIG, SimulatorTruth, start  # noqa: E402
 
@@ -49,11 +50,18 @@ def cpu_hogs(count: int) -> Iterator[List[subprocess.Popen]]:
 
 
 def lockstep_pair(vehicle: int, instance: int, environment: dict) -> List[subprocess.Popen]:
-    """Start a paused mujoco_sim and a bridge stepping it, in namespace /lockstep<vehicle>."""
+    """
+    Start a paused mujoco_sim and a bridge stepping it, in namespace /lockstep<vehicle>.
+
+    Each pair has a /clock of its own, as mujoco.launch.py gives each vehicle of a fleet: on
+    one /clock, a bridge measuring its simulator's step saw the other simulator's clock and
+    waited for ever.
+    """
     namespace = f'__ns:=/lockstep{vehicle}'
-    simulator = start('mujoco-sim', '--ros-args', '-r', namespace, '-p', 'paused:=true',
-                      environment=environment)
-    bridge = start('node', '--ros-args', '-r', namespace, '--params-file', CONFIG,
+    clock = f'/clock:=/lockstep{vehicle}/clock'
+    simulator = start('mujoco-sim', '--ros-args', '-r', namespace, '-r', clock,
+                      '-p', 'paused:=true', environment=environment)
+    bridge = start('node', '--ros-args', '-r', namespace, '-r', clock, '--params-file', CONFIG,
                    '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
                    '-p', 'sim_control:=simulation_interfaces',
                    '-p', 'sim_control_service:=mujoco_sim', environment=environment)
@@ -64,7 +72,7 @@ def fly_in_lock_step(vehicles: int, hogs: int) -> None:
     """Fly vehicles quads at once, each stepped by its bridge, beside hogs CPU hogs."""
     domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ)
-    instances = [3 + vehicle for vehicle in range(vehicles)]
+    instances = free_instances(vehicles)  # another suite's SITL may hold a fixed one
     with contextlib.ExitStack() as stack:
         processes = [stack.enter_context(reaped(process))
                      for vehicle, instance in enumerate(instances)

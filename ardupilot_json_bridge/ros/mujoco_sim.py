@@ -14,7 +14,9 @@ relative, so namespaces apply. Physics runs in a thread paced to the wall clock 
 real_time_factor simulated seconds a wall second (1 by default; at 0.5 the simulator, bridge
 and SITL have twice the wall time for each step, for a small or busy machine).
 With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
-<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
+<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock). It serves simulation_interfaces
+(simulation_server.py) where that is installed; with paused:=true it steps only when asked,
+by a bridge with sim_control (lock-step through ROS, docs/lockstep.md).
 """
 
 from dataclasses import replace

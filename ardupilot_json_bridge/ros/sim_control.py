@@ -394,7 +394,9 @@ class SimStepper:
         for _ in range(2):
             before = self._clock if self._clock is not None else -1.0
             self.backend.step(1)
-            stamp = self._clock_reaching(0.0, 'a single step', after=before)
+            stamp = self._clock_reaching(0.0, 'a single step (a /clock of its own? on one '
+                                              "shared with another simulator, that one's "
+                                              'clock hides this one)', after=before)
             if stamp is None:
                 return None
             stamps.append(stamp)
