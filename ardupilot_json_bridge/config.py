@@ -25,6 +25,11 @@ NODE_NAME = 'json_sitl_bridge'
 MAX_SERVO_CHANNELS = 32
 RANGE, LASER_SCAN = 'range', 'laser_scan'
 GROUP_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+# sim_control: the simulator runs free, or the bridge steps it (lock-step through ROS).
+SIM_CONTROL_NONE = 'none'
+SIMULATION_INTERFACES = 'simulation_interfaces'
+GZ_CONTROL_WORLD = 'gz_control_world'
+SIM_CONTROL_MODES = (SIM_CONTROL_NONE, SIMULATION_INTERFACES, GZ_CONTROL_WORLD)
 IGNORED_PREFIXES = ('use_sim_time', 'qos_overrides.', 'start_type_description_service')
 
 
@@ -132,6 +137,15 @@ PARAMETERS: Tuple[ParameterSpec, ...] = (
                   'time of the state SITL computed it from, for recording (published in '
                   'batches, each sent once its first frame is 50 ms old); empty for none',
                   read_only=True),
+    ParameterSpec('sim_control', SIM_CONTROL_NONE, 'How the bridge drives the simulator: none '
+                  '(it runs free, the bridge follows), simulation_interfaces (lock-step: the '
+                  'bridge steps it to each SITL frame with StepSimulation) or gz_control_world '
+                  "(lock-step through Gazebo's ControlWorld service, bridged by ros_gz_bridge)",
+                  read_only=True, choices=SIM_CONTROL_MODES),
+    ParameterSpec('sim_control_service', '', "Where the simulator's control services are: for "
+                  'simulation_interfaces their namespace (/gzserver for Gazebo, mujoco_sim for '
+                  "mujoco-sim; empty for the node's own), for gz_control_world the "
+                  'ControlWorld service (/world/<world>/control)', read_only=True),
 )
 
 PARAMETER_DEFAULTS: Dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
@@ -164,6 +178,8 @@ class BridgeConfig:
     inputs: InputSettings = InputSettings()
     outputs: Tuple[OutputGroup, ...] = ()
     raw_pwm_topic: str = 'servo_pwm'
+    sim_control: str = SIM_CONTROL_NONE
+    sim_control_service: str = ''
 
 
 @dataclass(frozen=True)
@@ -405,7 +421,11 @@ def config_from_parameters(parameters: Mapping[str, Any]) -> BridgeConfig:
         raise ConfigError('imu_topic: empty, but odometry_only is false')
     outputs = tuple(output_group(name, group_settings[name]) for name in group_names)
     return BridgeConfig(link=link, state=state, inputs=inputs, outputs=outputs,
-                        raw_pwm_topic=_topic('raw_pwm_topic', values['raw_pwm_topic']))
+                        raw_pwm_topic=_topic('raw_pwm_topic', values['raw_pwm_topic']),
+                        sim_control=_text('sim_control', values['sim_control'],
+                                          spec['sim_control']),
+                        sim_control_service=_text('sim_control_service',
+                                                  values['sim_control_service']))
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = '') -> Dict[str, Any]:

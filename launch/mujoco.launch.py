@@ -6,7 +6,8 @@ and a bridge in namespace <namespace_prefix><k>, serving SITL instance k on UDP 
 (sim_vehicle.py -v ArduCopter -f quad --model JSON:127.0.0.1 -I k
 --add-param-file=<share>/config/quad_x.parm: copter.parm alone mixes for a PLUS). One
 vehicle runs on /clock; in a fleet each vehicle is a simulation of its own, on
-/<namespace>/clock.
+/<namespace>/clock. sim_control:=simulation_interfaces starts each simulator paused and has
+its bridge step it to each SITL frame (lock-step through ROS, docs/lockstep.md).
 """
 
 import os
@@ -17,9 +18,10 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
+from ardupilot_json_bridge.config import SIM_CONTROL_NONE, SIMULATION_INTERFACES
 from ardupilot_json_bridge.ros.launch_config import (
-    bridge_node_arguments, clock_remappings, clock_topic, fleet, parse_bool, parse_rate,
-    parse_real_time_factor, simulator_node_arguments)
+    bridge_node_arguments, clock_remappings, clock_topic, fleet, LaunchArgumentError,
+    parse_bool, parse_rate, parse_real_time_factor, simulator_node_arguments)
 
 
 def _vehicles(context, *args, **kwargs):
@@ -32,15 +34,28 @@ def _vehicles(context, *args, **kwargs):
     real_time_factor = parse_real_time_factor('real_time_factor', argument('real_time_factor'))
     vehicles = fleet(argument('count'), argument('namespace_prefix'),
                      argument('first_instance'))
+    lock_step = parse_sim_control(argument('sim_control'))
     nodes = []
     for vehicle in vehicles:
         clock = clock_topic(vehicle, len(vehicles))
         bridge = bridge_node_arguments(vehicle, use_sim_time, argument('params_file'))
         bridge['remappings'] = clock_remappings(clock)
-        nodes += [Node(**simulator_node_arguments(vehicle, clock, imu_rate, odom_rate,
-                                                  real_time_factor, argument('params_file'))),
-                  Node(**bridge)]
+        simulator = simulator_node_arguments(vehicle, clock, imu_rate, odom_rate,
+                                             real_time_factor, argument('params_file'))
+        if lock_step:
+            simulator['parameters'][0]['paused'] = True
+            bridge['parameters'].append({'sim_control': SIMULATION_INTERFACES,
+                                         'sim_control_service': 'mujoco_sim'})
+        nodes += [Node(**simulator), Node(**bridge)]
     return nodes
+
+
+def parse_sim_control(value: str) -> bool:
+    """Return whether the bridges step their simulators (sim_control:=simulation_interfaces)."""
+    if value not in (SIM_CONTROL_NONE, SIMULATION_INTERFACES):
+        raise LaunchArgumentError(f'sim_control: {value!r} is not {SIM_CONTROL_NONE} or '
+                                  f'{SIMULATION_INTERFACES}')
+    return value == SIMULATION_INTERFACES
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -64,5 +79,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('real_time_factor', default_value='1.0',
                               description='Simulated seconds a wall second, at most 1 '
                                           '(0.5 for a busy or small machine)'),
+        DeclareLaunchArgument('sim_control', default_value=SIM_CONTROL_NONE,
+                              description='none: the simulators run free; '
+                                          'simulation_interfaces: each starts paused and its '
+                                          'bridge steps it to each SITL frame (lock-step)'),
         OpaqueFunction(function=_vehicles),
     ])

@@ -9,6 +9,7 @@ from typing import Callable, Optional, Tuple
 import pytest
 
 from ardupilot_json_bridge.core.alignment import History, imu_from_odometry
+from ardupilot_json_bridge.core.clocks import SAME_INSTANT
 from ardupilot_json_bridge.core.frames import quaternion_to_euler
 from ardupilot_json_bridge.core.reply import build_reply, windvane
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
@@ -111,6 +112,20 @@ def test_an_instant_past_the_samples_waits_unless_within_the_horizon():
     ahead.push_odometry(odometry(1.0, velocity=(1.0, 0.0, 0.0)))
     ahead.push_imu(imu(1.0))
     assert ahead.wait_for_stamp(1.004, 0.0).position == pytest.approx((0.004, 0.0, 0.0))
+
+
+def test_a_sample_a_rounding_short_of_the_instant_is_at_it():
+    # mujoco_sim at 10.005 s, stamped in nanoseconds, reads back as 10.004999999999999; SITL's
+    # grid computes the frame's instant as 10.005000000000001. One instant, not a step short.
+    state = SensorState(StateSettings())
+    state.push_odometry(odometry(10.0, velocity=(1.0, 0.0, 0.0)))
+    state.push_imu(imu(10.004999999999999))
+    instant = state.wait_for_stamp(10.005000000000001, 0.0)
+    assert isinstance(instant, Instant) and instant.stamp == 10.005000000000001
+    assert instant.position == pytest.approx((0.005, 0.0, 0.0))
+    # A microsecond and more short is a sample before the instant: it waits for the next.
+    result = state.wait_for_stamp(10.004999999999999 + 2 * SAME_INSTANT, 0.0)
+    assert isinstance(result, Unavailable) and 'short of the instant' in result.reason
 
 
 def test_first_reply_starts_at_the_newest_sample():

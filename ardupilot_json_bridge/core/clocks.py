@@ -7,6 +7,12 @@ clock (seconds since 1970). Stamps within a day of the wall clock are taken to c
 
 # Stamps this close to the wall clock (s, a day) come from it; further apart, clocks differ.
 CLOCK_MISMATCH = 86400.0
+# One instant as two sides compute it (s): a simulator sums its steps in floating point and
+# stamps in whole nanoseconds, SITL's grid is origin + k / frame rate. Their roundings differ
+# by far less (a 1 kHz simulator's summed clock drifts by 1e-13 s a step at worst); a sample
+# this close before an instant is at it, or a frame on a simulator step waits for the next
+# step (lock-step through ROS: a step nobody asks for until SITL resends, 1.1 s later).
+SAME_INSTANT = 1e-6
 FIX = ('stamp both with the physics time: start every node with use_sim_time:=true, and have '
        'the simulator stamp its messages with its own clock')
 

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ardupilot_json_bridge.core.alignment import (
     Appended, History, imu_at, imu_from_odometry, odometry_at, RESET_JUMP)
-from ardupilot_json_bridge.core.clocks import clocks_apart, clocks_differ
+from ardupilot_json_bridge.core.clocks import clocks_apart, clocks_differ, SAME_INSTANT
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.samples import (
     AirspeedSample, BatterySample, ImuSample, OdometrySample, RangeSample, RcSample, Stamped,
@@ -337,17 +337,21 @@ class SensorState:
         """
         Block until the primary input reaches stamp (less the horizon); its instant.
 
+        A sample SAME_INSTANT or less before stamp reaches it: the same instant, rounded
+        otherwise by the simulator's clock.
+
         With resets (the count the caller knows), a clock jump back while waiting ends the
         wait at once: the instant asked for belongs to the clock before the jump.
         """
         deadline = self._clock() + timeout
+        reached = stamp - self.settings.horizon - SAME_INSTANT
         with self._condition:
             while True:
                 newest = self._imu.newest_stamp
                 if resets is not None and resets != self._resets:
                     return Unavailable(self.primary, f'physics time went back from '
                                                      f'{stamp:.3f} to {newest:.3f} s')
-                if newest is not None and newest >= stamp - self.settings.horizon:
+                if newest is not None and newest >= reached:
                     return self._instant_locked(stamp, self._sequence, 0)
                 remaining = deadline - self._clock()
                 if remaining <= 0.0 or self._closed:

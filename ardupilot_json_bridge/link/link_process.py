@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ardupilot_json_bridge.checks.conventions import (
     ConventionChecker, observe_imu, observe_odometry)
 from ardupilot_json_bridge.checks.live import LIVE_WINDOW, LiveConventions
-from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters
+from ardupilot_json_bridge.config import BridgeConfig, config_from_parameters, SIM_CONTROL_NONE
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import history_length, input_names, SensorState
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
@@ -50,6 +50,10 @@ SERIALIZED = ord('M')
 # Child to parent: PWM for the commands, serialized servo_pwm messages, statistics, log lines,
 # and the settings applied.
 PWM, RECORDED, STATS, LOG, APPLIED = b'PFSLA'
+# Child to parent, lock-step through ROS: the source instant a SITL frame waits for (NaN:
+# any sample, before the first), for the parent to step the simulator to.
+WAIT = ord('W')
+WAIT_FORMAT = '<d'
 STATS_PERIOD = 1.0
 # Unchanged PWM is forwarded for the commands no more often than this (s).
 COMMAND_REFRESH = 0.02
@@ -68,7 +72,8 @@ class LinkProcess:
                  on_pwm: Callable[[List[int], int, float], None],
                  logger: logging.Logger,
                  on_recorded: Optional[Callable[[bytes], None]] = None,
-                 on_ended: Optional[Callable[[str], None]] = None) -> None:
+                 on_ended: Optional[Callable[[str], None]] = None,
+                 on_wait: Optional[Callable[[Optional[float]], None]] = None) -> None:
         """
         Start the child on the bound udp socket.
 
@@ -76,7 +81,8 @@ class LinkProcess:
         COMMAND_REFRESH), with the physics time of the state SITL computed it from (NaN before
         the first reply); on_recorded(message) every new frame's servo_pwm (servo_pwm.py),
         serialized (CDR), when raw_pwm_topic is set; on_ended(why) is told once if the child
-        ends before close().
+        ends before close(); on_wait(instant) each instant a frame waits for, when sim_control
+        steps the simulator (None: any sample, before the first).
         """
         self.logger = logger
         self.on_ended = on_ended
@@ -87,6 +93,7 @@ class LinkProcess:
         self.warnings = RateLimitedLog(logger)
         self.on_pwm = on_pwm
         self.on_recorded = on_recorded
+        self.on_wait = on_wait
         self.stats = LinkStats()
         config = config_from_parameters(parameters)
         self.meters: List[InputMeter] = [InputMeter(name) for name in input_names(config.state)]
@@ -173,6 +180,8 @@ class LinkProcess:
                 except Exception as error:
                     self.warnings.error('on_pwm', f'publishing actuator commands failed: '
                                                   f'{error!r}')
+            elif kind == WAIT:
+                self._waiting(body)
             elif kind == RECORDED:
                 self._publish_recorded(body)
             elif kind == STATS:
@@ -197,6 +206,16 @@ class LinkProcess:
         self.logger.error(self.ended)
         if self.on_ended is not None:
             self.on_ended(self.ended)
+
+    def _waiting(self, body: bytes) -> None:
+        """Hand on_wait the instant a frame waits for."""
+        if self.on_wait is None:
+            return
+        (instant,) = struct.unpack(WAIT_FORMAT, body)
+        try:
+            self.on_wait(None if math.isnan(instant) else instant)
+        except Exception as error:
+            self.warnings.error('on_wait', f'stepping the simulator failed: {error!r}')
 
     def _publish_recorded(self, batch: bytes) -> None:
         """Hand each serialized message of a batch to on_recorded, in frame order."""
@@ -418,6 +437,14 @@ class SampleInlet:
             (link.settings, link.state.settings, link.state.keep), pickle.HIGHEST_PROTOCOL))
 
 
+def wait_sender(channel: socket.socket) -> Callable[[Optional[float]], None]:
+    """Child side: the link's on_wait, telling the parent what instant a frame waits for."""
+    def send(instant: Optional[float]) -> None:
+        channel.send(bytes((WAIT,)) + struct.pack(
+            WAIT_FORMAT, math.nan if instant is None else instant))
+    return send
+
+
 def send_stats(channel: socket.socket, link: SitlLink, checks: LiveChecks) -> None:
     """Child side: the link's counters, the inputs' meters and the checks' verdicts."""
     channel.send(bytes((STATS,)) + pickle.dumps(
@@ -433,7 +460,9 @@ def serve_channel(parameters: Dict[str, Any], udp_fd: int, channel_fd: int) -> i
     forwarder = PwmForwarder(channel, record=bool(config.raw_pwm_topic))
     link = SitlLink(config.link, SensorState(config.state, logger=logger),
                     on_frame=forwarder.on_frame, logger=logger,
-                    sock=socket.socket(fileno=udp_fd))
+                    sock=socket.socket(fileno=udp_fd),
+                    on_wait=(None if config.sim_control == SIM_CONTROL_NONE
+                             else wait_sender(channel)))
     forwarder.physics_time = lambda: link.session.last_stamp
     checks = LiveChecks(config, logger)
     inlet = SampleInlet(channel, link, checks, config, logger)

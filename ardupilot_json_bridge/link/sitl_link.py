@@ -30,6 +30,9 @@ Address = Tuple[str, int]
 # anything else it returns (a source's controls) is not the link's.
 FrameCallback = Callable[[ServoPacket], object]
 RestartCallback = Callable[[], None]
+# Lock-step through ROS: told the source instant a frame is about to wait for (None: any
+# sample, before the first), so that the simulator can be stepped to it.
+WaitCallback = Callable[[Optional[float]], None]
 
 
 WHAT_TO_CHANGE = ('give them more CPU (fewer busy processes than cores), lower SIM_RATE_HZ (not '
@@ -96,9 +99,13 @@ class SitlLink:
                  on_restart: Optional[RestartCallback] = None,
                  sock: Optional[socket.socket] = None,
                  after_reply: Optional[RestartCallback] = None,
-                 step_ahead: Optional[FrameCallback] = None) -> None:
+                 step_ahead: Optional[FrameCallback] = None,
+                 on_wait: Optional[WaitCallback] = None) -> None:
         """
         Bind the settings' port, or serve on sock, bound already by the caller.
+
+        on_wait, on the grid, is told each instant a frame is about to wait for: a simulator
+        stepped through ROS is stepped to it (lock-step through ROS, ros/sim_control.py).
 
         after_reply runs after each new frame's reply is sent: a lock-step source's
         bookkeeping (checks, recording) while SITL computes its next frame. step_ahead runs
@@ -116,6 +123,7 @@ class SitlLink:
         self.on_restart = on_restart
         self.after_reply = after_reply
         self.step_ahead = step_ahead
+        self.on_wait = on_wait
         self._ahead: Optional[ReplyAhead] = None
         # The reply the datagram in hand was answered with on arrival, until its handling ends.
         self._sent_ahead: Optional[ReplyAhead] = None
@@ -474,6 +482,8 @@ class SitlLink:
         state, session = self.state, self.session
         grid = session.grid
         if grid is None or session.resets != state.resets:
+            if state.newest_primary() is None:
+                self._wait_for(None)
             newest = state.wait_for_primary(timeout)
             if newest is None:
                 return Unavailable(state.primary, 'no message received yet')
@@ -497,10 +507,21 @@ class SitlLink:
                                          state.settings.max_backlog)
                 self.warnings.warning('skipped' if passed else 'behind', self._prefix + message)
             stamp = grid.next_instant(packet.frame_rate)
+        self._wait_for(stamp)
         result = state.wait_for_stamp(stamp, timeout, session.resets)
         if isinstance(result, Unavailable):
             return result
         return result, grid.next_timestamp()
+
+    def _wait_for(self, stamp: Optional[float]) -> None:
+        """Tell on_wait the instant a frame waits for; a failure is said and waited out."""
+        if self.on_wait is None:
+            return
+        try:
+            self.on_wait(stamp)
+        except Exception as error:
+            self.warnings.error('on_wait', f'{self._prefix}asking for physics at the instant '
+                                           f'SITL waits for failed: {error!r}')
 
     def _sample_instant(self, timeout: float) -> Union[Tuple[Instant, float], Unavailable]:
         """Return the next primary sample's instant (lock-step sources), and its timestamp."""

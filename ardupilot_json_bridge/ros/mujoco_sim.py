@@ -14,7 +14,9 @@ relative, so namespaces apply. Physics runs in a thread paced to the wall clock 
 real_time_factor simulated seconds a wall second (1 by default; at 0.5 the simulator, bridge
 and SITL have twice the wall time for each step, for a small or busy machine).
 With vehicles:=N, N copies of the vehicle fly in one world, each with its topics under
-<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock).
+<namespace_prefix>0 .. <namespace_prefix>N-1 (one /clock). It serves simulation_interfaces
+(simulation_server.py) where that is installed; with paused:=true it steps only when asked,
+by a bridge with sim_control (lock-step through ROS, docs/lockstep.md).
 """
 
 from dataclasses import replace
@@ -88,6 +90,7 @@ class MujocoSim(Node):
         self.real_time_factor = check_real_time_factor(
             'real_time_factor', self._number('real_time_factor', 1.0))
         command_type = self.declare_parameter('command_type', '', START_UP).value
+        paused = self.declare_parameter('paused', False, START_UP).value
         self.frame_id = self.declare_parameter('frame_id', 'odom', START_UP).value
         self.child_frame_id = self.declare_parameter('child_frame_id', 'base_link',
                                                      START_UP).value
@@ -131,6 +134,9 @@ class MujocoSim(Node):
         self._changed = [False] * count
         topics = '; '.join(self._subscribe(groups, index) for index in range(count))
         self._stop = threading.Event()
+        self._physics = threading.Lock()   # one step at a time: the thread's or a service's
+        self._steps = 0
+        self.server = simulation_server(self, paused)
         # Not self._clock: that is rclpy's own Node clock, which parameter sets use.
         self._imus, self._odoms, self._clock_message = [], [], Clock()
         for _ in range(count):
@@ -145,6 +151,8 @@ class MujocoSim(Node):
         fleet = f'{count} vehicles in one world, ' if count > 1 else ''
         pace = (f', {self.real_time_factor:g} x real time' if self.real_time_factor != 1.0
                 else '')
+        if paused:
+            pace += ', paused until stepped (simulation_interfaces)'
         self.get_logger().info(f'MuJoCo {self.vehicle.path}: {fleet}physics and IMU at '
                                f'{self.rate:g} Hz, odometry at {self.rate / self.odom_every:g} '
                                f'Hz{pace}, commands on {topics}')
@@ -210,32 +218,38 @@ class MujocoSim(Node):
             self._changed[vehicle] = True
 
     def _run(self) -> None:
-        step = 1.0 / self.rate
         vehicle = self.vehicle
         wall_per_second = 1.0 / self.real_time_factor
         start = time.monotonic() - vehicle.time * wall_per_second
-        count = 0
         while not self._stop.is_set():
-            if any(self._changed):
-                with self._lock:
-                    for index, changed in enumerate(self._changed):
-                        if changed:
-                            self.vehicles[index].set_commands(self._pending[index])
-                            self._changed[index] = False
-            advance_together(self.vehicles, step)
-            count += 1
-            try:
-                self._publish(count % self.odom_every == 0)
-            except Exception:
-                # SIGTERM shuts the context down before destroy_node stops this thread.
-                if not self.context.ok():
-                    return
-                raise
+            if self.server is not None and self.server.wait_while_paused(self._stop):
+                start = time.monotonic() - vehicle.time * wall_per_second
+                continue
+            with self._physics:
+                try:
+                    self._step()
+                except Exception:
+                    # SIGTERM shuts the context down before destroy_node stops this thread.
+                    if not self.context.ok():
+                        return
+                    raise
             ahead = start + vehicle.time * wall_per_second - time.monotonic()
             if ahead > 0.0:
                 self._stop.wait(ahead)
             elif ahead < -MAX_LAG:
                 start -= ahead
+
+    def _step(self) -> None:
+        """Take one physics step with the newest commands and publish its messages."""
+        if any(self._changed):
+            with self._lock:
+                for index, changed in enumerate(self._changed):
+                    if changed:
+                        self.vehicles[index].set_commands(self._pending[index])
+                        self._changed[index] = False
+        advance_together(self.vehicles, 1.0 / self.rate)
+        self._steps += 1
+        self._publish(self._steps % self.odom_every == 0)
 
     def _publish(self, with_odometry: bool) -> None:
         clock = self._clock_message
@@ -280,8 +294,27 @@ class MujocoSim(Node):
         stop = getattr(self, '_stop', None)
         if stop is not None:
             stop.set()
+            if self.server is not None:
+                self.server.wake()
             self._thread.join(2.0)
         super().destroy_node()
+
+
+def simulation_server(node: MujocoSim, paused: bool) -> Optional[Any]:
+    """
+    Offer simulation_interfaces (a bridge may then step the simulator), if it is installed.
+
+    Without it the simulator runs free; paused:=true then has no one to step it: refused.
+    """
+    try:
+        from ardupilot_json_bridge.ros.simulation_server import SimulationServer
+    except ImportError:
+        if paused:
+            raise ValueError('paused: nothing could step the simulator: simulation_interfaces '
+                             'is not installed (apt install '
+                             'ros-$ROS_DISTRO-simulation-interfaces)')
+        return None
+    return SimulationServer(node, node._step, node._physics, paused)
 
 
 def command_groups(preset: Optional[str], command_type: str,

@@ -51,6 +51,7 @@ from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_route
     SERIALIZED_DECODERS
 from ardupilot_json_bridge.messages.servo_pwm import SERVO_FRAME_ID
 from ardupilot_json_bridge.ros.diagnostics import BridgeMonitor, Level
+from ardupilot_json_bridge.ros.sim_control import start_sim_control
 
 # Simulator sensors: best effort receives from reliable (ros_gz_bridge) and best-effort
 # publishers alike; only the newest sample matters.
@@ -180,9 +181,13 @@ class JsonSitlBridge(Node):
         # The link runs in a process of its own, out of the executor's way; this one converts
         # messages and forwards the samples, and publishes what comes back.
         recorded = None if self.pwm_publisher is None else self._publish_recorded
+        # Lock-step through ROS (sim_control): the simulator is stepped to each SITL frame.
+        self.sim_control = start_sim_control(self, self.config)
         self.link = LinkProcess(parameters, self._udp, self._on_pwm, self.core_logger,
                                 on_recorded=recorded,
-                                on_ended=lambda _: self._link_end.trigger())
+                                on_ended=lambda _: self._link_end.trigger(),
+                                on_wait=(None if self.sim_control is None
+                                         else self.sim_control.on_wait))
         self.routes = input_routes(self.config, self.link)
         self._imu_count = 0
         for index, route in enumerate(self.routes):
@@ -342,6 +347,9 @@ class JsonSitlBridge(Node):
         Safe on a node whose construction failed: Kilted's rclpy.shutdown() destroys every
         node of the context, half-built ones included.
         """
+        stepper = getattr(self, 'sim_control', None)
+        if stepper is not None:
+            stepper.close()
         link = getattr(self, 'link', None)
         if link is not None:
             link.close()
