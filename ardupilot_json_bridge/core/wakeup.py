@@ -58,6 +58,17 @@ class Wakeup:
         """
         for number in self.SIGNALS:
             signal.signal(number, signal.SIG_IGN)
+        # A signal that came just before its SIG_IGN is still pending for Python, which then
+        # raises OSError('Signal N ignored due to race condition') wherever the main thread
+        # runs next (in a storm: inside threading's shutdown, a traceback at exit). Take each
+        # such pending signal here: the loop's backward jumps are where Python handles them.
+        for _ in range(len(self.SIGNALS) + 1):
+            try:
+                for _ in range(2):
+                    pass
+                return
+            except OSError:
+                continue
 
     def watch(self, event: threading.Event) -> None:
         """
