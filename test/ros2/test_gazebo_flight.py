@@ -98,11 +98,13 @@ def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_f
     assert output.count(GAZEBO_SIGINT) == 1, output[-3000:]
 
 
-@pytest.mark.xfail(strict=True, reason='open: on the Gazebo bag of 2026-11-26 the gravity check '
-                   'fitted specific force = 0.67 x the odometry acceleration + 9.80 up (wrong); '
-                   "Gazebo's IMU or the fit, not yet found (docs/gazebo.md)")
 def test_the_gazebo_flights_bag_passes_check(gazebo_flight):
-    """Every check of the Gazebo bag ok or undecided (exit 0): Gazebo's messages as read."""
+    """
+    Every check of the Gazebo bag ok or undecided (exit 0): Gazebo's messages as read.
+
+    On 2026-11-26 one bag, recorded on a busy machine that dropped IMU messages (912 Hz of
+    1000, gaps up to 186 ms), had gravity wrong (docs/gazebo.md); on 2026-11-28 the bag passed.
+    """
     _, bag = gazebo_flight
     checked = ros2('run', 'ardupilot_json_bridge', 'ardupilot-json-bridge', 'check', bag,
                    '--namespace', 'quad', '--config', share('config', 'quad_x.yaml'),
