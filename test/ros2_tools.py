@@ -246,3 +246,28 @@ def read_bag(bag: str) -> Dict[str, list]:
             topics.setdefault(connection.topic, []).append(
                 (timestamp, reader.deserialize(raw, connection.msgtype)))
     return topics
+
+
+def bag_window(bag: str, out: str, start: float, seconds: float, topics: List[str]) -> str:
+    """
+    Write the topics' messages logged from start to start + seconds after the bag's start.
+
+    What `ros2 bag play --start-offset --playback-duration` plays, as a bag of its own (MCAP,
+    written by rosbags): Humble's ros2 bag play has no --playback-duration. Returns out.
+    """
+    from pathlib import Path
+    from rosbags.highlevel import AnyReader
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import get_typestore, Stores
+    store = get_typestore(Stores.ROS2_JAZZY)
+    with AnyReader([Path(bag)], default_typestore=store) as reader:
+        first = reader.start_time + round(start * 1e9)
+        last = first + round(seconds * 1e9)
+        wanted = [c for c in reader.connections if c.topic in topics]
+        with Writer(Path(out), version=8, storage_plugin=StoragePlugin.MCAP) as writer:
+            written = {c.id: writer.add_connection(c.topic, c.msgtype, typestore=store)
+                       for c in wanted}
+            for connection, timestamp, raw in reader.messages(connections=wanted, start=first,
+                                                              stop=last):
+                writer.write(written[connection.id], timestamp, raw)
+    return out

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -121,12 +122,38 @@ def lock_step_replay(run, bag: str, *args: str):
     return replies, output, errors
 
 
-@pytest.mark.parametrize('storage,distribution', [('sqlite3', 'humble'), ('mcap', 'jazzy')])
-def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution):
+def as_humble_records_it(bag: str) -> None:
+    """
+    Make a SQLite bag as Humble's rosbag2 (0.15) writes it: no message definitions.
+
+    Its database schema is version 3 (no message_definitions table), its metadata version 5
+    (no type_description_hash): readers take the types from their own store.
+    """
+    (database,) = [name for name in os.listdir(bag) if name.endswith('.db3')]
+    with contextlib.closing(sqlite3.connect(os.path.join(bag, database))) as connection:
+        connection.execute('DROP TABLE message_definitions')
+        connection.execute('UPDATE schema SET schema_version = 3')
+        connection.commit()
+    metadata_path = os.path.join(bag, 'metadata.yaml')
+    with open(metadata_path) as stream:
+        metadata = yaml.safe_load(stream)
+    information = metadata['rosbag2_bagfile_information']
+    information['version'] = 5
+    for topic in information['topics_with_message_count']:
+        del topic['topic_metadata']['type_description_hash']
+    with open(metadata_path, 'w') as stream:
+        yaml.safe_dump(metadata, stream)
+
+
+@pytest.mark.parametrize('storage,distribution,as_humble', [
+    ('sqlite3', 'humble', False), ('sqlite3', 'humble', True), ('mcap', 'jazzy', False)])
+def test_runner_serves_a_bag_in_ned_frd(run, tmp_path, storage, distribution, as_humble):
     bag = str(tmp_path / 'moving')
     write_motion_bag(bag, MOTION, duration=1.0, imu_rate=400.0, odometry_rate=50.0,
                      namespace='uav1', start=START, storage=storage,
                      distribution=distribution)
+    if as_humble:
+        as_humble_records_it(bag)
     replies, output, errors = lock_step_replay(run, bag, '--namespace', 'uav1')
     assert len(replies) == 400
     assert [r['timestamp'] for r in replies[:3]] == pytest.approx([0.0, 0.0025, 0.005])

@@ -31,6 +31,16 @@ def _rosbags():
     return rosbags
 
 
+def _reader(rosbags: Any, path: str) -> Any:
+    """
+    Return rosbags' reader of a bag; its own type definitions, else Humble's.
+
+    rosbag2 before Iron (Humble's) stores no message definitions: their types are read as
+    Humble defines them.
+    """
+    return rosbags.highlevel.AnyReader([Path(path)], default_typestore=typestore('humble'))
+
+
 @dataclass(frozen=True)
 class BagMessage:
     """One message of a bag: its topic, log time (ns) and deserialized message."""
@@ -44,7 +54,7 @@ def bag_topics(path: str) -> Dict[str, str]:
     """Topic name -> message type of every topic in the bag."""
     rosbags = _rosbags()
     try:
-        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+        with _reader(rosbags, path) as reader:
             return {c.topic: c.msgtype for c in reader.connections}
     except Exception as error:
         raise BagError(f'cannot open bag {path}: {one_line(error)}') from None
@@ -63,7 +73,7 @@ def bag_span(path: str) -> BagSpan:
     """Return the bag's time span and size, from its metadata (nothing is read)."""
     rosbags = _rosbags()
     try:
-        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+        with _reader(rosbags, path) as reader:
             return BagSpan(reader.start_time, reader.end_time, reader.message_count)
     except Exception as error:
         raise BagError(f'cannot open bag {path}: {one_line(error)}') from None
@@ -74,7 +84,7 @@ def read_messages(path: str, topics: Iterable[str]) -> Iterator[BagMessage]:
     rosbags = _rosbags()
     wanted = set(topics)
     try:
-        with rosbags.highlevel.AnyReader([Path(path)]) as reader:
+        with _reader(rosbags, path) as reader:
             connections = [c for c in reader.connections if c.topic in wanted]
             for connection, log_time, raw in reader.messages(connections=connections):
                 yield BagMessage(connection.topic, log_time,

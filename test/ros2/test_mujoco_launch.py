@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from ros2_tools import (
-    bag_info_counts, free_instances, launch, preset_with, read_bag, ros2, Running, share,
-    start_sitl, stop, stop_recorder)
+    bag_info_counts, bag_window, free_instances, launch, preset_with, read_bag, ros2, Running,
+    share, start_sitl, stop, stop_recorder)
 import sitl_flight
 from sitl_peer import SitlPeer
 
@@ -319,9 +319,12 @@ def test_ros2_bag_play_clock_into_the_launched_node_serves_the_recording(
     peer = SitlPeer(9002 + 10 * instance)
     launched = launch('bridge.launch.py', f'namespace:={namespace}', f'instance:={instance}',
                       'use_sim_time:=true', f'params_file:={patient_preset(tmp_path)}')
-    window = ['--playback-duration', '3.0', '--loop'] if loop else []
-    player = Running(['ros2', 'bag', 'play', bag, '--clock', '--topics', f'/{namespace}/imu',
-                      f'/{namespace}/odom', '--start-offset', f'{start:.3f}', *window])
+    topics = [f'/{namespace}/imu', f'/{namespace}/odom']
+    # Looping over three seconds of the takeoff: a bag of them (Humble's ros2 bag play has no
+    # --playback-duration).
+    played = ([bag_window(bag, str(tmp_path / 'window'), start, 3.0, topics), '--loop'] if loop
+              else [bag, '--start-offset', f'{start:.3f}'])
+    player = Running(['ros2', 'bag', 'play', *played, '--clock', '--topics', *topics])
     try:
         assert launched.wait_for_text('listening on UDP', 60), launched.output
         # Three seconds of the takeoff, or, looping over three seconds, more than two rounds.
