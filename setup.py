@@ -76,9 +76,9 @@ setup(
     extras_require={
         'replay': ['rosbags>=0.10'],
         'mujoco': ['mujoco>=3.1'],
-        'test': ['pytest', 'wheel', 'hypothesis', 'rosbags>=0.10', 'transforms3d', 'scipy',
-                 'catkin_pkg', 'flake8', 'flake8-quotes', 'flake8-import-order', 'pydocstyle',
-                 'mujoco>=3.1', 'pymavlink'],
+        'test': ['pytest', 'pytest-timeout', 'wheel', 'hypothesis', 'rosbags>=0.10',
+                 'transforms3d', 'scipy', 'catkin_pkg', 'flake8', 'flake8-quotes',
+                 'flake8-import-order', 'pydocstyle', 'mujoco>=3.1', 'pymavlink'],
         # ROS 2 core from PyPI wheels, for machines without a ROS install (tests, CI).
         'jazzy': ['ros-jazzy-rclpy', 'ros-jazzy-rmw-fastrtps-cpp', 'ros-jazzy-sensor-msgs',
                   'ros-jazzy-nav-msgs', 'ros-jazzy-std-msgs', 'ros-jazzy-geometry-msgs',

@@ -188,7 +188,9 @@ def test_servo_pwm_carries_every_new_frame_and_the_commands_are_throttled(harnes
     held = [1000, 1000, 1600] + [0] * 13     # SITL holds its outputs: the PWM never changes
     replies = []
     try:
-        stamp, deadline = 100.0, time.monotonic() + 20.0
+        # (200 frames take a second; a minute leaves room for a machine busy with a CI run's
+        # other work, which once answered 189 in 20 s.)
+        stamp, deadline = 100.0, time.monotonic() + 60.0
         while len(replies) < 200 and time.monotonic() < deadline:
             stamp += 0.002
             harness.publish_motion('rec', stamp, 0.0)

@@ -23,9 +23,10 @@ The step size is the world's own: measured from /clock over the first two single
 
 from functools import partial
 import importlib
+import math
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -45,6 +46,9 @@ from ardupilot_json_bridge.core.step_plan import StepPlan
 WARM_UP = 0.01
 # How long a call or a clock may take before the bridge says it is still waiting (s).
 PATIENCE = 5.0
+# A query (features, state: not a step) unanswered this long is asked again (s), in all this many
+# times: an answer can be lost while a service's connection is still being made.
+QUERY_PATIENCE, QUERY_ATTEMPTS = 2.0, 5
 # How often a call that is not answered (the simulator stopped first) checks for close() (s).
 STOP_CHECK = 0.1
 # simulation_interfaces/msg/SimulatorFeatures and SimulationState values used here.
@@ -87,23 +91,46 @@ class Waiter:
         self._stop = stop
         self._log = log
 
-    def result(self, future: Any, what: str) -> Any:
-        """Return the future's result once done; None if stopping first (within STOP_CHECK)."""
+    def result(self, future: Any, what: str,
+               ask_again: Optional[Callable[[], Any]] = None) -> Any:
+        """
+        Return the future's result once done; None if stopping first (within STOP_CHECK).
+
+        ask_again: for a query that may be sent again (its answer lost, as while a service's
+        connection is still being made), sends it anew: each QUERY_PATIENCE unanswered, up to
+        QUERY_ATTEMPTS requests in all, then SimControlError. Without it (a step, which must
+        not be taken twice) the wait goes on, said every PATIENCE.
+        """
+        patience = QUERY_PATIENCE if ask_again is not None else math.inf
+        for attempt in range(1, QUERY_ATTEMPTS + 1):
+            outcome = self._wait(future, what, patience)
+            if outcome is not None:
+                return None if self._stop.is_set() else future.result()
+            if attempt < QUERY_ATTEMPTS:
+                self._log.warning('again', f'sim_control: {what} has not answered in '
+                                           f'{QUERY_PATIENCE:g} s; asking again')
+                future = ask_again()
+        raise SimControlError(f'sim_control: {what} did not answer {QUERY_ATTEMPTS} requests '
+                              f'in {QUERY_ATTEMPTS * QUERY_PATIENCE:g} s: is the simulator up '
+                              'and serving (spinning) its services?')
+
+    def _wait(self, future: Any, what: str, patience: float) -> Optional[bool]:
+        """Return True once done or stopping, None after patience seconds unanswered."""
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        waited = said = 0.0
+        started = said = time.monotonic()
         while not done.wait(STOP_CHECK):
             if self._stop.is_set():
+                return True
+            now = time.monotonic()
+            if now - started >= patience:
                 return None
-            waited += STOP_CHECK
-            if waited - said >= PATIENCE:
-                said = waited
+            if now - said >= PATIENCE:
+                said = now
                 self._log.warning('slow', f'sim_control: {what} has not answered in '
-                                          f'{waited:.0f} s; still waiting (is the simulator '
-                                          'up?)')
-        if self._stop.is_set():
-            return None
-        return future.result()
+                                          f'{now - started:.0f} s; still waiting (is the '
+                                          'simulator up?)')
+        return True
 
 
 class SimulationInterfaces:
@@ -129,7 +156,9 @@ class SimulationInterfaces:
         self._multiple = 'service'
 
     def _call(self, client: Any, request: Any, what: str) -> Any:
-        return self._waiter.result(client.call_async(request), what)
+        """Return the answer to a query, asked again where it goes unanswered."""
+        return self._waiter.result(client.call_async(request), what,
+                                   ask_again=partial(client.call_async, request))
 
     def check(self) -> str:
         """Check the simulator can step and pause it if it plays; return how it steps."""
@@ -180,7 +209,8 @@ class SimulationInterfaces:
             self._step_service(steps)
 
     def _step_service(self, steps: int) -> None:
-        response = self._call(self._step, self._step_type.Request(steps=steps), self.where)
+        response = self._waiter.result(
+            self._step.call_async(self._step_type.Request(steps=steps)), self.where)
         if response is not None and response.result.result != RESULT_OK:
             raise SimControlError(f'StepSimulation({steps}) at {self.where} refused: '
                                   f'{response.result.error_message or response.result.result}')
@@ -217,7 +247,9 @@ class GzControlWorld:
         request = self._type.Request()
         request.world_control.pause = True
         request.world_control.multi_step = steps
-        response = self._waiter.result(self._client.call_async(request), self.where)
+        # Pausing may be asked again; a step may not (it would be taken twice).
+        again = None if steps else partial(self._client.call_async, request)
+        response = self._waiter.result(self._client.call_async(request), self.where, again)
         if response is not None and not response.success:
             raise SimControlError(f'ControlWorld at {self.where} refused to '
                                   f'{"step " + str(steps) if steps else "pause"}')
