@@ -102,22 +102,25 @@ class Waiter:
         not be taken twice) the wait goes on, said every PATIENCE.
         """
         patience = QUERY_PATIENCE if ask_again is not None else math.inf
+        done = threading.Event()
+        futures = [future]
+        future.add_done_callback(lambda _: done.set())
         for attempt in range(1, QUERY_ATTEMPTS + 1):
-            outcome = self._wait(future, what, patience)
-            if outcome is not None:
-                return None if self._stop.is_set() else future.result()
+            if self._wait(done, what, patience) is not None:
+                if self._stop.is_set():
+                    return None
+                return next(f for f in futures if f.done()).result()
             if attempt < QUERY_ATTEMPTS:
                 self._log.warning('again', f'sim_control: {what} has not answered in '
                                            f'{QUERY_PATIENCE:g} s; asking again')
-                future = ask_again()
+                futures.append(ask_again())
+                futures[-1].add_done_callback(lambda _: done.set())
         raise SimControlError(f'sim_control: {what} did not answer {QUERY_ATTEMPTS} requests '
                               f'in {QUERY_ATTEMPTS * QUERY_PATIENCE:g} s: is the simulator up '
                               'and serving (spinning) its services?')
 
-    def _wait(self, future: Any, what: str, patience: float) -> Optional[bool]:
+    def _wait(self, done: threading.Event, what: str, patience: float) -> Optional[bool]:
         """Return True once done or stopping, None after patience seconds unanswered."""
-        done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
         started = said = time.monotonic()
         while not done.wait(STOP_CHECK):
             if self._stop.is_set():
@@ -194,7 +197,8 @@ class SimulationInterfaces:
         request = self._set_state_type.Request()
         request.state.state = STATE_PAUSED
         answer = self._call(self._set_state, request, self._set_state.srv_name)
-        if answer is not None and answer.result.result != RESULT_OK:
+        if answer is not None and answer.result.result not in (
+                RESULT_OK, answer.ALREADY_IN_TARGET_STATE):
             raise SimControlError(f'sim_control simulation_interfaces: pausing the simulator '
                                   f'failed: {answer.result.error_message}')
 
