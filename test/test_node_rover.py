@@ -48,7 +48,10 @@ def stopped(node, sim) -> Tuple[str, str]:
 @pytest.mark.skipif(sitl_rover.rover_binary() is None,
                     reason='real ArduRover: set ARDUPILOT_SITL_DIR to a folder with ardurover '
                            'and rover.parm')
-@pytest.mark.parametrize('vehicle, wp_speed', [('rover', 5.0), ('rover_skid', 3.0)])
+# Skid steering: the preset mixes throttle and steering into two wheel commands. (The
+# Ackermann rover drives through the engine in test_mujoco_rover.py; through the node it took
+# CI 2.4 minutes more for the same node.)
+@pytest.mark.parametrize('vehicle, wp_speed', [('rover_skid', 3.0)])
 def test_real_ardurover_drives_a_20_m_square_through_the_node(vehicle, wp_speed):
     domain_id = int(os.environ['ROS_DOMAIN_ID'])  # the run's (conftest)
     environment = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
