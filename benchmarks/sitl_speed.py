@@ -2,6 +2,7 @@
 How fast real ArduCopter runs in lock-step with each backend, side by side in one run.
 
     python benchmarks/sitl_speed.py [--seconds 12] [--rounds 3] [--flat]
+                                    [--backends do-nothing,mujoco,node-lockstep,quad]
                                     [--variant LABEL=DIR[,FLAG...]]
 
 Needs ARDUPILOT_SITL_DIR (a folder with a prebuilt arducopter and its copter.parm) and
@@ -11,9 +12,16 @@ per wall second:
 1. do-nothing: a Python JSON backend answering every frame with a pre-formatted reply of a
    vehicle at rest (only the timestamp changes): the ceiling of any Python lock-step backend;
 2. mujoco: `ardupilot-json-bridge mujoco`, the built-in engine, with its live checks;
-3. quad: SITL's built-in `--model quad`, no backend at all;
-4. with --flat, flat mujoco: the quad X flown by this file's own minimal Python backend (no
+3. node-lockstep: lock-step through ROS, a paused `mujoco-sim` stepped by the bridge node
+   (sim_control simulation_interfaces), started as test/test_node_lockstep.py starts them;
+   also the node's closing step round trip (request to answer). Needs rclpy and
+   simulation_interfaces (a sourced ROS 2): left out, in one line, where they are missing.
+   The free-running node (sim_control none) is not flown: SITL follows the simulator's
+   clock, so its speed is mujoco-sim's real_time_factor by construction;
+4. quad: SITL's built-in `--model quad`, no backend at all;
+5. with --flat, flat mujoco: the quad X flown by this file's own minimal Python backend (no
    checks, histories or session rules), the floor of a Python MuJoCo lock-step frame.
+--backends picks among do-nothing, mujoco, node-lockstep and quad (all by default).
 The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >= 0.8.
 Each --variant adds `mujoco LABEL` to the rounds: the package imported from DIR (a checkout,
 e.g. `git archive main | tar -x -C /tmp/main`) with the mujoco command's FLAGs, so a change
@@ -21,18 +29,22 @@ is measured before and after in one run.
 """
 
 import argparse
+import importlib.util
 import os
+import random
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, IO, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'test'))
 
-from proc_stats import cpu_seconds  # noqa: E402
+from node_processes import lockstep_pair  # noqa: E402
+from proc_stats import children, cpu_seconds  # noqa: E402
 import sitl_flight  # noqa: E402
 
 SPEEDUP = 100
@@ -40,6 +52,20 @@ SPEEDUP = 100
 FRAME_RATE = 1200
 WARMUP = 3.0
 MAGIC_16 = 18458
+BACKENDS = ('do-nothing', 'mujoco', 'node-lockstep', 'quad')
+# What node-lockstep needs beyond this file's own (the modules, and how to get them).
+NODE_LOCKSTEP_NEEDS = {'rclpy': 'ROS 2 (source it)',
+                       'simulation_interfaces': 'apt install '
+                                                'ros-$ROS_DISTRO-simulation-interfaces',
+                       'mujoco': 'pip install mujoco'}
+# How long the pair may take to be stepping before SITL starts (s).
+LOCKSTEP_START = 90.0
+LOCKSTEP_LINE = 'lock-step through ROS with the simulator'
+# The node's closing line on its step requests (ros/sim_control.py's summary).
+ROUND_TRIP = re.compile(r'sim_control: (?:\d+ step requests.*|no step requested)')
+# Node log lines worth reporting: frames left to SITL's resend, warnings, errors.
+TROUBLE = re.compile(r'no reply to SITL frame|SITL sent frame|\[(?:WARN|ERROR|FATAL)\]|'
+                     r'Traceback')
 REPLY = ('\n{{"timestamp":{:.6f},"imu":{{"gyro":[0,0,0],"accel_body":[0,0,-9.80665]}},'
          '"position":[0,0,0],"velocity":[0,0,0],"quaternion":[1,0,0,0]}}\n')
 
@@ -176,6 +202,66 @@ def stepped_ahead(log: str) -> Optional[str]:
     return lines[-1].strip().split('] ')[-1] if lines else None
 
 
+def node_lockstep_missing() -> Optional[str]:
+    """Return what node-lockstep needs and is not installed, in one line; None if nothing."""
+    missing = [f'{name} ({how})' for name, how in NODE_LOCKSTEP_NEEDS.items()
+               if importlib.util.find_spec(name) is None]
+    return 'missing ' + ', '.join(missing) if missing else None
+
+
+def ros_environment() -> Dict[str, str]:
+    """Return the environment for the ROS pair: this checkout first, a ROS domain of its own."""
+    environment = dict(os.environ)
+    checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
+    environment['PYTHONPATH'] = os.pathsep.join(
+        [os.path.abspath(checkout)]
+        + [p for p in environment.get('PYTHONPATH', '').split(os.pathsep) if p])
+    environment.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
+    environment.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    return environment
+
+
+def wait_for_line(log: str, line: str, processes: Sequence[subprocess.Popen],
+                  limit: float) -> Optional[str]:
+    """Wait until log holds line; return why not (a process ended, limit s passed) or None."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with open(log, errors='replace') as stream:
+            if line in stream.read():
+                return None
+        ended = [p for p in processes if p.poll() is not None]
+        if ended:
+            return f'a process of the pair ended (exit status {ended[0].returncode})'
+        time.sleep(0.2)
+    return f'not stepping after {limit:g} s'
+
+
+def node_report(log: str) -> List[str]:
+    """Return the node's step round trip line and its trouble lines (counted, first three)."""
+    with open(log, errors='replace') as stream:
+        text = stream.read()
+    said = [match.group(0) for match in ROUND_TRIP.finditer(text)]
+    stepping = text.partition(LOCKSTEP_LINE)[2]
+    trouble = [line.strip() for line in stepping.splitlines() if TROUBLE.search(line)]
+    lines = [said[-1] if said else 'no step round trip logged (the node did not close cleanly?)']
+    if trouble:
+        lines.append(f'{len(trouble)} warning, error or resend line(s) once stepping, first: '
+                     + ' | '.join(line[:160] for line in trouble[:3]))
+    return lines
+
+
+def stop_all(processes: Sequence[Optional[subprocess.Popen]]) -> None:
+    """Terminate each process in turn, killing one not gone in 15 s."""
+    for process in processes:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def per_frame(cpu: Optional[float], frames: int) -> str:
     """CPU seconds per SITL second as microseconds per frame; n/a for a process gone."""
     return 'n/a (the process died)' if cpu is None else f'{cpu / frames * 1e6:.1f} us'
@@ -292,6 +378,34 @@ def hover_rate(sitl: subprocess.Popen, seconds: float, pids: Sequence[int], alti
         flight.close()
 
 
+def start_backend(kind: str, scratch: str, variants: Dict[str, Tuple[str, List[str]]],
+                  vehicles: int, log: Optional[str],
+                  output: Optional[IO[str]]) -> Tuple[List[subprocess.Popen], Optional[str]]:
+    """Start kind's backend processes; return them and, if they cannot serve, why not."""
+    if kind == 'node-lockstep':
+        pair = lockstep_pair(0, 0, ros_environment(), output=output)
+        return pair, wait_for_line(log, LOCKSTEP_LINE, pair, LOCKSTEP_START)
+    if kind.startswith('mujoco'):
+        source, flags = variants.get(kind, (None, []))
+        processes = [mujoco_backend(vehicles, source, flags, log)]
+    else:
+        child = {'do-nothing': do_nothing_backend,
+                 'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
+        processes = [child] if child else []
+    time.sleep(1.0 if processes else 0.0)
+    return processes, None
+
+
+def watched(kind: str, backend: List[subprocess.Popen]) -> List[Tuple[str, int]]:
+    """Return the backend's processes to time, each with its name in the output."""
+    if kind != 'node-lockstep':
+        return [('backend', process.pid) for process in backend]
+    simulator, node = backend
+    links = children(node.pid)   # the link process, started with the node
+    return [('mujoco-sim', simulator.pid), ('node', node.pid)] + [
+        ('its link process', pid) for pid in links[:1]]
+
+
 def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
             variants: Dict[str, Tuple[str, List[str]]], hover: Optional[float] = None) -> float:
     """
@@ -301,40 +415,48 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
     """
     scratch = tempfile.mkdtemp(prefix='sitl-speed-')
     vehicles = int(kind.split('x')[-1]) if kind.startswith('mujoco x') else 1
-    log = os.path.join(scratch, 'backend.log') if kind.startswith('mujoco') else None
-    if kind.startswith('mujoco'):
-        source, flags = variants.get(kind, (None, []))
-        child = mujoco_backend(vehicles, source, flags, log)
-    else:
-        child = {'do-nothing': do_nothing_backend,
-                 'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
-    model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
-    time.sleep(1.0 if child else 0.0)
-    sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
-    pids = [p.pid for p in [child, sitls[0]] if p is not None]
+    logged = kind.startswith('mujoco') or kind == 'node-lockstep'
+    log = os.path.join(scratch, 'backend.log') if logged else None
+    # The ROS pair writes to the log itself (python -m ...cli, stdout and stderr).
+    output = open(log, 'w') if kind == 'node-lockstep' else None
+    backend: List[subprocess.Popen] = []
+    sitls: List[subprocess.Popen] = []
     try:
+        backend, failed = start_backend(kind, scratch, variants, vehicles, log, output)
+        if failed:
+            print(f'    {kind}: {failed}', flush=True)
+            return 0.0
+        model = 'quad' if kind == 'quad' else 'JSON:127.0.0.1'
+        sitls = [start_sitl(folder, model, scratch, quad_x, k) for k in range(vehicles)]
+        names = watched(kind, backend) + [('SITL', sitls[0].pid)]
+        pids = [pid for _, pid in names]
         if hover is None:
             rate, cpu = sim_rate(seconds, pids)
         else:
             rate, cpu, heights = hover_rate(sitls[0], seconds, pids, hover,
                                             climbs=kind != 'do-nothing')
             print(f'    {heights}', flush=True)
-        if child is not None:
+        if backend:
             frames = FRAME_RATE  # SITL frames per SITL second
-            print(f'    CPU per SITL frame: backend {per_frame(cpu[0], frames)}, SITL '
-                  f'{per_frame(cpu[1], frames)}', flush=True)
+            parts = [f'{name} {per_frame(used, frames)}' for (name, _), used in zip(names, cpu)]
+            if len(names) > 2:
+                own = cpu[:-1]
+                parts.append('the backend processes together ' + per_frame(
+                    None if None in own else sum(own), frames))
+            print(f'    CPU per SITL frame: {", ".join(parts)}', flush=True)
         return rate
     finally:
-        for process in sitls + [child]:
-            if process is not None:
-                process.terminate()
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        guesses = stepped_ahead(log) if log else None
-        if guesses:
-            print(f'    {guesses}', flush=True)
+        # SITL first; then the node before its simulator, so a step in flight is answered.
+        stop_all(sitls + list(reversed(backend)))
+        if output is not None:
+            output.close()
+        if kind == 'node-lockstep':
+            for line in node_report(log):
+                print(f'    {line}', flush=True)
+        else:
+            guesses = stepped_ahead(log) if log else None
+            if guesses:
+                print(f'    {guesses}', flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -352,6 +474,9 @@ def main() -> None:
                         help='time each backend with the copter hovering M m up (EKF ready, '
                              'GUIDED, armed, taken off) instead of at rest, unarmed: its PWM '
                              'changes as in flight (the do-nothing backend is timed armed)')
+    parser.add_argument('--backends', default=','.join(BACKENDS),
+                        help='the backends to fly, of ' + ', '.join(BACKENDS) + ' (default: '
+                             'all; node-lockstep left out, in one line, without ROS 2)')
     parser.add_argument('--fleet', help='fleet sizes to fly instead (e.g. 1,2,4): mujoco '
                                         '--vehicles N with N SITLs, against the do-nothing '
                                         'backend')
@@ -365,7 +490,17 @@ def main() -> None:
         label, _, spec = variant.partition('=')
         source, *flags = spec.split(',')
         variants[f'mujoco {label}'] = (os.path.abspath(source) if source else '', flags)
-    kinds = ['do-nothing', 'mujoco', *variants, *(['flat mujoco'] if args.flat else []), 'quad']
+    chosen = [name.strip() for name in args.backends.split(',') if name.strip()]
+    unknown = [name for name in chosen if name not in BACKENDS]
+    if unknown:
+        parser.error(f'--backends: unknown {", ".join(unknown)} (of {", ".join(BACKENDS)})')
+    missing = node_lockstep_missing() if 'node-lockstep' in chosen and not args.fleet else None
+    if missing:
+        print(f'node-lockstep left out: {missing}', flush=True)
+        chosen.remove('node-lockstep')
+    extra = [*variants, *(['flat mujoco'] if args.flat else [])]
+    kinds = [name for name in chosen if name != 'quad'] + extra + [
+        name for name in chosen if name == 'quad']
     if args.fleet:
         kinds = ['do-nothing'] + [f'mujoco x{n}' for n in args.fleet.split(',')]
     rates: Dict[str, List[float]] = {kind: [] for kind in kinds}
@@ -375,7 +510,8 @@ def main() -> None:
                 measure(kind, folder, args.seconds, quad_x, variants, args.hover))
             print(f'round {round_index + 1}: {kind:14s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
-    ratios = [m / d for m, d in zip(rates.get('mujoco', []), rates['do-nothing']) if d > 0]
+    baseline = rates.get('do-nothing', [])
+    ratios = [m / d for m, d in zip(rates.get('mujoco', []), baseline) if d > 0]
     where = 'at rest, unarmed' if args.hover is None else f'hovering {args.hover:g} m up'
     print(f'\nArduCopter --speedup {SPEEDUP}, {where}, SITL seconds per wall second '
           f'(median of {args.rounds} rounds of {args.seconds:g} s):')
@@ -383,10 +519,21 @@ def main() -> None:
         print(f'  {kind:14s} {statistics.median(rates[kind]):6.2f} x real time '
               f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
     for kind in kinds[1:]:
-        if kind.startswith('mujoco x') or kind in variants or kind == 'flat mujoco':
-            fleet = [m / d for m, d in zip(rates[kind], rates['do-nothing']) if d > 0]
-            print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
-                  f'{", ".join(f"{r:.2f}" for r in fleet)})')
+        if kind.startswith('mujoco x') or kind in variants or kind in ('flat mujoco',
+                                                                       'node-lockstep'):
+            fleet = [m / d for m, d in zip(rates[kind], baseline) if d > 0]
+            if fleet:
+                print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
+                      f'{", ".join(f"{r:.2f}" for r in fleet)})')
+    engine = [n / m for n, m in zip(rates.get('node-lockstep', []), rates.get('mujoco', []))
+              if m > 0]
+    if engine:
+        print(f'node-lockstep / mujoco: {statistics.median(engine):.2f} '
+              f'(rounds {", ".join(f"{r:.2f}" for r in engine)})')
+    if 'node-lockstep' in kinds:
+        print('free-running node (sim_control none): not flown; SITL follows the '
+              "simulator's clock, so its speed is mujoco-sim's real_time_factor (1 by "
+              'default) by construction')
     if ratios:
         print(f'mujoco / do-nothing: {statistics.median(ratios):.2f} '
               f'(rounds {", ".join(f"{r:.2f}" for r in ratios)}); issue 21 target >= 0.8')

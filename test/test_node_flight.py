@@ -7,8 +7,6 @@ where rclpy, mujoco or the prebuilt SITL (ARDUPILOT_SITL_DIR) is missing.
 """
 
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -19,10 +17,9 @@ pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from ardupilot_json_bridge.messages.cdr import decode_odometry  # noqa: E402
 from conftest import reaped  # noqa: E402
+from node_processes import CONFIG, start  # noqa: E402
 from ros2_tools import free_instances  # noqa: E402
 import sitl_flight  # noqa: E402
-
-CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config', 'mujoco_quad_x.yaml')
 
 
 def frames_line(output: str) -> str:
@@ -61,12 +58,6 @@ class SimulatorTruth:
         self.thread.join(5.0)
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
-
-
-def start(*arguments: str, environment: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, '-m', 'ardupilot_json_bridge.cli', *arguments],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=environment)
 
 
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,

@@ -27,9 +27,10 @@ pytest.importorskip('simulation_interfaces',
 pytest.importorskip('mujoco', reason='needs the mujoco package')
 
 from conftest import reaped  # noqa: E402
+from node_processes import lockstep_pair  # noqa: E402
 from ros2_tools import free_instances  # noqa: E402
 import sitl_flight  # noqa: E402
-from test_node_flight import CONFIG, SimulatorTruth, start  # noqa: E402
+from test_node_flight import SimulatorTruth  # noqa: E402
 
 # SITL runs as fast as lock-step lets it: its own wall-clock pacing out of the way.
 SPEEDUP = 100
@@ -47,25 +48,6 @@ def cpu_hogs(count: int) -> Iterator[List[subprocess.Popen]]:
         for hog in hogs:
             hog.kill()
             hog.wait()
-
-
-def lockstep_pair(vehicle: int, instance: int, environment: dict) -> List[subprocess.Popen]:
-    """
-    Start a paused mujoco_sim and a bridge stepping it, in namespace /lockstep<vehicle>.
-
-    Each pair has a /clock of its own, as mujoco.launch.py gives each vehicle of a fleet: on
-    one /clock, a bridge measuring its simulator's step saw the other simulator's clock and
-    waited for ever.
-    """
-    namespace = f'__ns:=/lockstep{vehicle}'
-    clock = f'/clock:=/lockstep{vehicle}/clock'
-    simulator = start('mujoco-sim', '--ros-args', '-r', namespace, '-r', clock,
-                      '-p', 'paused:=true', environment=environment)
-    bridge = start('node', '--ros-args', '-r', namespace, '-r', clock, '--params-file', CONFIG,
-                   '-p', 'use_sim_time:=true', '-p', f'instance:={instance}',
-                   '-p', 'sim_control:=simulation_interfaces',
-                   '-p', 'sim_control_service:=mujoco_sim', environment=environment)
-    return [simulator, bridge]
 
 
 def fly_in_lock_step(vehicles: int, hogs: int) -> None:
