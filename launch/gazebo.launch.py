@@ -20,8 +20,9 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
+from launch.conditions import IfCondition
 from launch.launch_description_sources import PythonLaunchDescriptionSource
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
@@ -33,39 +34,50 @@ from ardupilot_json_bridge.ros.launch_config import (
 
 def _gazebo(context, *args, **kwargs) -> list:
     """
-    Gazebo (ros_gz_sim's gz_sim.launch.py), ros_gz_bridge and the bridge, in that order.
+    ros_gz_sim's gz_sim.launch.py with the world, server-only or not, at its pace.
 
-    In lock-step Gazebo starts paused, ros_gz_bridge also bridges the world's ControlWorld
-    service (a command-line argument: ros_gz 1.0's YAML configuration takes topics only) and
-    the bridge steps the world through it.
+    In lock-step also ros_gz_bridge, which then bridges the world's ControlWorld service too
+    (a command-line argument: ros_gz 1.0's YAML configuration takes topics only), and the
+    bridge stepping the world through it; Gazebo starts paused.
     """
     def argument(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
     world = argument('world')
-    lock_step = parse_gazebo_sim_control(argument('sim_control'))
+    lock_step = parse_gazebo_sim_control(
+        LaunchConfiguration('sim_control', default='none').perform(context))
     gz_args = gazebo_arguments(world, parse_bool('server_only', argument('server_only')),
                                argument('real_time_factor'), lock_step)
     gazebo = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(PathJoinSubstitution(
             [FindPackageShare('ros_gz_sim'), 'launch', 'gz_sim.launch.py'])),
         launch_arguments={'gz_args': gz_args}.items())
-    services = [f'{control_service(world)}@ros_gz_interfaces/srv/ControlWorld'] \
-        if lock_step else []
+    if not lock_step:
+        return [gazebo]
     topics = Node(package='ros_gz_bridge', executable='parameter_bridge', output='screen',
-                  arguments=services,
+                  arguments=[f'{control_service(world)}@ros_gz_interfaces/srv/ControlWorld'],
                   parameters=[{'config_file': argument('bridge_config'), 'use_sim_time': True}])
     bridge = bridge_node_arguments(single_vehicle('quad', argument('instance')), True,
                                    argument('params_file'))
-    if lock_step:
-        bridge['parameters'].append({'sim_control': GZ_CONTROL_WORLD,
-                                     'sim_control_service': control_service(world)})
+    bridge['parameters'].append({'sim_control': GZ_CONTROL_WORLD,
+                                 'sim_control_service': control_service(world)})
     return [gazebo, topics, Node(**bridge)]
 
 
 def generate_launch_description() -> LaunchDescription:
     share = get_package_share_directory('ardupilot_json_bridge')
     config = os.path.join(share, 'config')
+    # Running free (the default): these two; in lock-step _gazebo starts them configured for it.
+    free = IfCondition(PythonExpression(
+        ["'", LaunchConfiguration('sim_control'), "' == 'none'"]))
+    topics = Node(package='ros_gz_bridge', executable='parameter_bridge', output='screen',
+                  parameters=[{'config_file': LaunchConfiguration('bridge_config'),
+                               'use_sim_time': True}], condition=free)
+    bridge = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(os.path.join(share, 'launch', 'bridge.launch.py')),
+        launch_arguments={'namespace': 'quad', 'instance': LaunchConfiguration('instance'),
+                          'params_file': LaunchConfiguration('params_file'),
+                          'use_sim_time': 'true'}.items(), condition=free)
     return LaunchDescription([
         DeclareLaunchArgument('world',
                               default_value=os.path.join(config, 'worlds', 'quad_x.sdf'),
@@ -86,5 +98,5 @@ def generate_launch_description() -> LaunchDescription:
                               description='none: Gazebo runs free; gz_control_world: Gazebo '
                                           'starts paused and the bridge steps it to each SITL '
                                           "frame through the world's ControlWorld (lock-step)"),
-        OpaqueFunction(function=_gazebo),
+        OpaqueFunction(function=_gazebo), topics, bridge,
     ])
