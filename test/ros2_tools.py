@@ -157,14 +157,17 @@ def launch(file: str, *arguments: str) -> Running:
     return Running(['ros2', 'launch', PACKAGE, file, *arguments])
 
 
-def start_sitl(instance: int):
+def start_sitl(instance: int, speedup: float = 1.0):
     """
     Real ArduCopter on instance as the project starts it (copter.parm, then quad_x.parm).
+
+    speedup: 1 keeps SITL to the wall clock; in lock-step a large one (100) leaves it to the
+    simulator's steps.
 
     The one place the ROS 2 tests start SITL (sitl_flight.Sitl underneath).
     """
     import sitl_flight
-    return sitl_flight.Sitl(instance=instance, speedup=1)
+    return sitl_flight.Sitl(instance=instance, speedup=speedup)
 
 
 def free_instances(count: int) -> List[int]:

@@ -7,6 +7,7 @@ a quad X (the project's config/quad_x.parm after copter.parm, whose FRAME_TYPE 0
 A SITL that dies ends the flight at once with SitlDied: its exit status and its last lines.
 """
 
+import contextlib
 from dataclasses import dataclass, field
 import glob
 import os
@@ -14,9 +15,10 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 SITL_DIR_VARIABLE = 'ARDUPILOT_SITL_DIR'
 QUAD_X_DEFAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'config',
@@ -30,6 +32,21 @@ FLIGHT_TIMEOUT = 240.0
 # on AngErr, a 4.9 m hover error at 1 kHz, a plane loitering 5.2 m off its altitude).
 REAL_TIME_FACTOR = 0.5
 PACED = f'real_time_factor:={REAL_TIME_FACTOR}'   # a parameter (-p) or a launch argument
+
+
+CPU_HOG = 'while 1: pass'
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[List[subprocess.Popen]]:
+    """Run count CPU-bound processes beside a flight; kill them on the way out."""
+    hogs = [subprocess.Popen([sys.executable, '-c', CPU_HOG]) for _ in range(count)]
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 class SitlDied(RuntimeError):

@@ -7,9 +7,10 @@ import re
 import pytest
 
 from ardupilot_json_bridge.ros.launch_config import (
-    bridge_node_arguments, bridge_parameters, clock_remappings, clock_topic, fleet,
-    gazebo_arguments, LaunchArgumentError, parse_bool, parse_rate, parse_real_time_factor,
-    simulator_node_arguments, single_vehicle, VehicleLaunch, world_step)
+    bridge_node_arguments, bridge_parameters, clock_remappings, clock_topic, control_service,
+    fleet, gazebo_arguments, LaunchArgumentError, parse_bool, parse_gazebo_sim_control,
+    parse_rate, parse_real_time_factor, simulator_node_arguments, single_vehicle, VehicleLaunch,
+    world_step)
 
 LAUNCH_DIR = os.path.join(os.path.dirname(__file__), '..', 'launch')
 
@@ -226,3 +227,27 @@ def test_a_real_time_factor_needs_a_world_file_to_read(tmp_path):
     broken.write_text('<sdf><world>')
     with pytest.raises(LaunchArgumentError, match='broken.sdf'):
         gazebo_arguments(str(broken), True, '0.5')
+
+
+def test_gazebo_in_lock_step_starts_paused_and_unpaced(tmp_path):
+    world = world_file(tmp_path, '<max_step_size>0.001</max_step_size>')
+    assert gazebo_arguments(world, True, '', lock_step=True) == f'-s -z 1e+06 {world}'
+    assert control_service(world) == '/world/w/control'
+    with pytest.raises(LaunchArgumentError, match='real_time_factor: in lock-step'):
+        gazebo_arguments(world, True, '0.5', lock_step=True)
+
+
+def test_the_project_worlds_control_service():
+    world = os.path.join(os.path.dirname(__file__), '..', 'config', 'worlds', 'quad_x.sdf')
+    assert control_service(world) == '/world/quad_x/control'
+
+
+def test_gazebo_sim_control_takes_none_or_gz_control_world(tmp_path):
+    assert parse_gazebo_sim_control('gz_control_world')
+    assert not parse_gazebo_sim_control('none')
+    with pytest.raises(LaunchArgumentError, match="sim_control: 'simulation_interfaces' is not"):
+        parse_gazebo_sim_control('simulation_interfaces')
+    nameless = tmp_path / 'nameless.sdf'
+    nameless.write_text('<sdf version="1.9"><world></world></sdf>')
+    with pytest.raises(LaunchArgumentError, match='has no <world name='):
+        control_service(str(nameless))

@@ -13,9 +13,8 @@ import contextlib
 import os
 import re
 import subprocess
-import sys
 import time
-from typing import Iterator, List
+from typing import List
 
 import pytest
 
@@ -35,19 +34,6 @@ from test_node_flight import SimulatorTruth  # noqa: E402
 # SITL runs as fast as lock-step lets it: its own wall-clock pacing out of the way.
 SPEEDUP = 100
 TRUTH_TOLERANCE = 0.3   # m, SITL's height against the simulator's
-CPU_HOG = 'while 1: pass'
-
-
-@contextlib.contextmanager
-def cpu_hogs(count: int) -> Iterator[List[subprocess.Popen]]:
-    """Run count CPU-bound processes beside the flight; kill them on the way out."""
-    hogs = [subprocess.Popen([sys.executable, '-c', CPU_HOG]) for _ in range(count)]
-    try:
-        yield hogs
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 def fly_in_lock_step(vehicles: int, hogs: int) -> None:
@@ -59,7 +45,7 @@ def fly_in_lock_step(vehicles: int, hogs: int) -> None:
         processes = [stack.enter_context(reaped(process))
                      for vehicle, instance in enumerate(instances)
                      for process in lockstep_pair(vehicle, instance, environment)]
-        stack.enter_context(cpu_hogs(hogs))
+        stack.enter_context(sitl_flight.cpu_hogs(hogs))
         truths = [SimulatorTruth(f'/lockstep{vehicle}/odom', domain_id)
                   for vehicle in range(vehicles)]
         stack.callback(lambda: [truth.close() for truth in truths])

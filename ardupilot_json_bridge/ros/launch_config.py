@@ -177,6 +177,21 @@ def clock_remappings(clock: str) -> List[Tuple[str, str]]:
 
 # SDF's default physics step (sdformat's physics.sdf: max_step_size 0.001 s).
 SDF_DEFAULT_STEP = 0.001
+# `gz sim -z` in lock-step: Gazebo paces even the steps it is asked for (multi_step) to its
+# update rate (100 steps of 1 ms took 102 ms at the world's own pace, 48 ms at this rate), so
+# a rate no machine reaches leaves the pace to SITL and the bridge.
+UNPACED_RATE = 1e6
+
+
+def _world_root(world: str, needs: str) -> Any:
+    """Return an SDF world file's root element; what needs it reads it (one line if not)."""
+    import xml.etree.ElementTree as ElementTree
+    try:
+        return ElementTree.parse(world).getroot()
+    except (OSError, ElementTree.ParseError) as error:
+        raise LaunchArgumentError(
+            f'world: {needs} needs an SDF world file it can read, got {world!r} '
+            f'({error})') from None
 
 
 def world_step(world: str) -> float:
@@ -186,13 +201,7 @@ def world_step(world: str) -> float:
     Gazebo runs a world at real_time_factor x real time by stepping it 1 / step x
     real_time_factor times a wall second; `gz sim -z` sets that rate instead.
     """
-    import xml.etree.ElementTree as ElementTree
-    try:
-        root = ElementTree.parse(world).getroot()
-    except (OSError, ElementTree.ParseError) as error:
-        raise LaunchArgumentError(
-            f'world: real_time_factor needs an SDF world file it can read, got {world!r} '
-            f'({error})') from None
+    root = _world_root(world, 'real_time_factor')
     text = root.findtext('./world/physics/max_step_size')
     if text is None:
         return SDF_DEFAULT_STEP
@@ -202,19 +211,48 @@ def world_step(world: str) -> float:
     return step
 
 
-def gazebo_arguments(world: str, server_only: bool, real_time_factor: str) -> str:
+def world_name(world: str) -> str:
+    """Return the name of an SDF file's world: its control service is /world/<name>/control."""
+    element = _world_root(world, 'sim_control').find('./world')
+    name = '' if element is None else element.get('name', '').strip()
+    if not name:
+        raise LaunchArgumentError(f'world: {world!r} has no <world name="...">')
+    return name
+
+
+def control_service(world: str) -> str:
+    """Return the world's ControlWorld service, as Gazebo names it and ros_gz_bridge bridges it."""
+    return f'/world/{world_name(world)}/control'
+
+
+def gazebo_arguments(world: str, server_only: bool, real_time_factor: str,
+                     lock_step: bool = False) -> str:
     """
     Return `gz sim`'s arguments for gazebo.launch.py: running, the world, GUI or not, pace.
 
     server_only (-s) runs without the GUI, which aborts where there is no display and takes
     the server with it. real_time_factor ('' keeps the world's own) becomes `-z`, Gazebo's
-    update rate: the world's steps a wall second at that factor.
+    update rate: the world's steps a wall second at that factor. lock_step starts the world
+    paused (no -r), for the bridge to step, unpaced (UNPACED_RATE).
     """
-    arguments = ['-r']
+    arguments = [] if lock_step else ['-r']
     if server_only:
         arguments.append('-s')
-    if real_time_factor.strip():
+    if lock_step:
+        if real_time_factor.strip():
+            raise LaunchArgumentError(
+                'real_time_factor: in lock-step (sim_control:=gz_control_world) SITL and '
+                'Gazebo run as fast as they can together; leave real_time_factor empty')
+        arguments.append(f'-z {UNPACED_RATE:g}')
+    elif real_time_factor.strip():
         factor = parse_real_time_factor('real_time_factor', real_time_factor)
         arguments.append(f'-z {factor / world_step(world):g}')
     # ros_gz_sim runs `gz sim <gz_args>` through a shell.
     return ' '.join(arguments + [shlex.quote(world)])
+
+
+def parse_gazebo_sim_control(value: str) -> bool:
+    """Return whether gazebo.launch.py's bridge steps Gazebo (sim_control:=gz_control_world)."""
+    if value not in ('none', 'gz_control_world'):
+        raise LaunchArgumentError(f'sim_control: {value!r} is not none or gz_control_world')
+    return value == 'gz_control_world'

@@ -17,6 +17,8 @@ Two ways to step:
 - gz_control_world (Gazebo Harmonic's ros_gz 1.0, before it had simulation_interfaces): the
   world's ControlWorld service (ros_gz_interfaces) bridged by ros_gz_bridge, with pause and
   multi_step. Gazebo answers before it steps, so each request waits for /clock to get there.
+  ros_gz_bridge offers the service as soon as it starts, Gazebo or not (a request then waits
+  for Gazebo); Gazebo publishes /clock even while paused, so its first /clock says it is up.
 
 The step size is the world's own: measured from /clock over the first two single steps.
 """
@@ -140,6 +142,7 @@ class SimulationInterfaces:
     """Steps a simulator through the simulation_interfaces standard."""
 
     returns_after_stepping = True
+    clock_says_up = False
 
     def __init__(self, node: Node, namespace: str, waiter: Waiter) -> None:
         self._node = node
@@ -240,6 +243,7 @@ class GzControlWorld:
     """Steps Gazebo through its world's ControlWorld service, bridged by ros_gz_bridge."""
 
     returns_after_stepping = False
+    clock_says_up = True
 
     def __init__(self, node: Node, service: str, waiter: Waiter) -> None:
         self._type = interface(GZ_CONTROL_WORLD, 'srv.ControlWorld')
@@ -337,6 +341,9 @@ class SimStepper:
             backend = self.backend
             logger.info(f'sim_control: waiting for the simulator at {backend.where}')
             if not backend.wait_until_ready(self._stop) or not self._sensors_published():
+                return
+            if backend.clock_says_up and self._clock_reaching(
+                    0.0, 'the simulator to start (its service is there before it is)') is None:
                 return
             how = backend.check()
             if self._stop.is_set():

@@ -5,11 +5,14 @@ Gazebo runs server-only (no display here) at half the wall clock, as the README 
 small or busy machine; SITL is the project's quad X. The hover is judged on Gazebo's own pose
 of the model (OdometryPublisher's pose: the world pose of the model, no noise), not on SITL's
 estimate. `ros2 bag record` records the flight, and the project's `check` judges the bag.
+One more flight runs in lock-step through ROS (sim_control:=gz_control_world: Gazebo paused,
+the bridge steps it through the world's ControlWorld) beside two CPU-bound processes.
 Skips in one line where Gazebo and ros_gz (source /opt/gz/harmonic/activate.sh) or the
 prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
 """
 
 import os
+import re
 import shutil
 from typing import Optional, Tuple
 
@@ -19,6 +22,8 @@ from ros2_tools import free_instances, launch, ros2, Running, share, stop
 import sitl_flight
 
 GAZEBO_ALTITUDE = 10.0
+# In lock-step SITL follows the steps it is given: its own wall-clock pacing out of the way.
+LOCK_STEP_SPEEDUP = 100
 # The issue's bound: SITL's altitude and the target, each against Gazebo's pose of the model.
 GAZEBO_HOVER_TOLERANCE = 0.3
 # ros_gz_sim runs `gz sim` through a shell, which the launch's SIGINT kills: launch reports
@@ -111,3 +116,33 @@ def test_the_gazebo_flights_bag_passes_check(gazebo_flight):
                    timeout=300.0)
     print(checked.stdout)
     assert checked.returncode == 0, checked.stdout
+
+
+def test_real_arducopter_hovers_in_gazebo_in_lock_step_beside_two_cpu_hogs(gazebo):
+    """Gazebo paused and stepped by the bridge to each SITL frame: SITL is never starved."""
+    from test_mujoco_launch import fly_launched
+    (instance,) = free_instances(1)
+    with sitl_flight.cpu_hogs(2):
+        launched = launch('gazebo.launch.py', 'server_only:=true', f'instance:={instance}',
+                          'sim_control:=gz_control_world')
+        try:
+            flight = fly_launched([instance], launched, GAZEBO_ALTITUDE, lambda _: '/quad/odom',
+                                  speedup=LOCK_STEP_SPEEDUP)[instance]
+        finally:
+            output = stop_gazebo(launched)
+    record = flight.record
+    print(f'Gazebo lock-step beside two CPU hogs: {flight.summary()}')
+    assert 'lock-step through ROS with the simulator at /world/quad_x/control' in output, \
+        output[-3000:]
+    assert record.armed and record.reached, (record.texts, output[-3000:],
+                                             flight.sitl_log[-2000:])
+    assert record.sim_seconds >= 5.0
+    heights = [truth for _, _, truth in record.hover]
+    print(f"Gazebo's height over the hover: {min(heights):.3f} to {max(heights):.3f} m; SITL "
+          f'{record.sim_seconds / record.hover_wall_seconds:.2f} x real time while hovering')
+    assert max(abs(h - GAZEBO_ALTITUDE) for h in heights) < GAZEBO_HOVER_TOLERANCE, record.hover
+    assert record.worst_truth_error() < GAZEBO_HOVER_TOLERANCE, record.hover
+    assert record.landed, ('not disarmed after LAND; SITL said', record.texts[-10:])
+    steps = re.findall(r'sim_control: \d+ step requests.*', output)
+    print('\n'.join(steps))
+    assert steps, output[-3000:]

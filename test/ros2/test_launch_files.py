@@ -139,11 +139,12 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(monkeypatch)
     from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
     from launch.launch_description_sources import get_launch_description_from_python_launch_file
     from launch_ros.actions import Node
+    import yaml
 
     result = ros2('launch', 'ardupilot_json_bridge', 'gazebo.launch.py', '--show-args')
     assert result.returncode == 0 and 'Traceback' not in result.stdout, result.stdout
     for name in ('world', 'bridge_config', 'params_file', 'instance', 'server_only',
-                 'real_time_factor'):
+                 'real_time_factor', 'sim_control'):
         assert f"'{name}'" in result.stdout
 
     description = get_launch_description_from_python_launch_file(
@@ -189,6 +190,28 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(monkeypatch)
     (parameters,) = topics._Node__parameters   # launch_ros keeps them unevaluated till launch
     names = {''.join(part.perform(None) for part in name) for name in parameters}
     assert names == {'config_file', 'use_sim_time'}
+
+    # Lock-step: Gazebo paused and unpaced, the world's ControlWorld bridged, the bridge on it.
+    context.launch_configurations.update({'sim_control': 'gz_control_world',
+                                          'real_time_factor': '', 'instance': '3',
+                                          'bridge_config': defaults['bridge_config'],
+                                          'params_file': defaults['params_file']})
+    gz, topics, bridge = gazebo.execute(context)
+    assert dict(gz.launch_arguments)['gz_args'] == f"-s -z 1e+06 {defaults['world']}"
+    assert list(topics._Node__arguments) == \
+        ['/world/quad_x/control@ros_gz_interfaces/srv/ControlWorld']
+    assert bridge.node_executable == 'bridge'
+
+    def text(value):   # substitutions (launch_ros keeps a string as YAML), or a plain value
+        if isinstance(value, (list, tuple)):
+            return yaml.safe_load(''.join(part.perform(context) for part in value))
+        return value
+
+    given = {text(name): text(value) for group in bridge._Node__parameters
+             if isinstance(group, dict) for name, value in group.items()}
+    assert given['sim_control'] == 'gz_control_world', given
+    assert given['sim_control_service'] == '/world/quad_x/control', given
+    assert given['instance'] == 3, given
 
 
 def readme_line(start: str) -> str:

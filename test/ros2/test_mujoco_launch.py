@@ -71,11 +71,13 @@ def quad_odometry(instance: int) -> str:
 
 
 def fly_launched(instances: List[int], launched: Running, altitude: float = ALTITUDE,
-                 odometry: Callable[[int], str] = quad_odometry) -> Dict[int, LaunchedFlight]:
+                 odometry: Callable[[int], str] = quad_odometry,
+                 speedup: float = 1.0) -> Dict[int, LaunchedFlight]:
     """
     Fly real ArduCopter on each instance at once, each through its launched vehicle.
 
     The simulator's truth is the height on odometry(instance) above its first message.
+    speedup: SITL's (start_sitl).
     """
     from test_node_flight import SimulatorTruth
     domain = int(os.environ['ROS_DOMAIN_ID'])
@@ -89,7 +91,7 @@ def fly_launched(instances: List[int], launched: Running, altitude: float = ALTI
         truth = SimulatorTruth(odometry(instance), domain)
         records[instance] = sitl_flight.FlightRecord()
         try:
-            with start_sitl(instance) as sitl:
+            with start_sitl(instance, speedup) as sitl:
                 try:
                     records[instance] = sitl_flight.fly(
                         sitl, altitude, HOLD, lambda: truth.height,
