@@ -12,7 +12,6 @@ Jazzy or Humble has it, the PyPI wheels do not), or mujoco or the prebuilt SITL 
 import contextlib
 import os
 import re
-import subprocess
 import time
 from typing import List
 

@@ -96,7 +96,7 @@ class SilentClient:
 
 
 def silent_backend(kind: str, waiter: Waiter) -> Tuple[object, SilentClient]:
-    """A stepping backend of kind whose service never answers (no ROS graph needed)."""
+    """Return a stepping backend of kind whose service never answers (no ROS graph needed)."""
     client = SilentClient()
     if kind == 'simulation_interfaces':
         backend = SimulationInterfaces.__new__(SimulationInterfaces)
