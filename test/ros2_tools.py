@@ -192,17 +192,25 @@ def free_instances(count: int) -> List[int]:
                 sock.close()
 
 
-def stop(launched: Running, limit: float = 8.0, known: Tuple[str, ...] = ()) -> str:
+def stop(launched: Running, limit: float = 8.0, known: Tuple[str, ...] = (),
+         status_lost: str = '') -> str:
     """
     Ctrl-C a launch: every process must end cleanly within limit seconds, no traceback.
 
     known: words of error lines a process of the launch is known to end with, left out of the
-    check (`gz sim` dies of the SIGINT it is sent).
+    check (`gz sim` dies of the SIGINT it is sent). status_lost: a command whose exit status
+    launch may lose ("Unknown child process pid N, will report returncode 255" for its pid N):
+    those two lines are left out too.
     """
     seconds, ended = launched.interrupt()
     output = launched.output
     assert ended and seconds < limit, f'{seconds:.1f} s after Ctrl-C:\n{output[-2000:]}'
     assert 'Traceback' not in output, output[-3000:]
+    if status_lost:
+        for pid in re.findall(r'Unknown child process pid (\d+), will report returncode 255',
+                              output):
+            known += (f'Unknown child process pid {pid},',
+                      f"[pid {pid}, exit code 255, cmd '{status_lost}")
     checked = ''.join(line for line in launched.lines if not any(k in line for k in known))
     assert 'ERROR' not in checked, output[-3000:]
     print(f'Ctrl-C stopped {" ".join(launched.command[1:4])} in {seconds:.1f} s')

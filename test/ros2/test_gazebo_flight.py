@@ -32,6 +32,10 @@ GAZEBO_SIGINT = "exit code -2, cmd 'ruby $(which gz) sim"
 # ros_gz_bridge 1.0.5's parameter_bridge sometimes aborts on the second SIGINT of a Ctrl-C
 # (the terminal's to the group and launch's own): "corrupted double-linked list", exit -6.
 BRIDGE_SIGABRT = "exit code -6, cmd '/opt/gz/harmonic/ros/lib/ros_gz_bridge/parameter_bridge"
+# launch (Python's asyncio child watcher) once lost the exit status of the lock-step
+# parameter_bridge, ending at once on Ctrl-C: "Unknown child process pid N, will report
+# returncode 255", then "process has died [pid N, exit code 255, ...]".
+PARAMETER_BRIDGE = '/opt/gz/harmonic/ros/lib/ros_gz_bridge/parameter_bridge'
 
 
 def gazebo_missing() -> Optional[str]:
@@ -82,7 +86,7 @@ def gazebo_flight(gazebo, tmp_path_factory) -> Tuple[object, str]:
 
 def stop_gazebo(launched: Running) -> str:
     """Ctrl-C gazebo.launch.py: all end within seconds, gz sim of the SIGINT, no other error."""
-    return stop(launched, known=(GAZEBO_SIGINT, BRIDGE_SIGABRT))
+    return stop(launched, known=(GAZEBO_SIGINT, BRIDGE_SIGABRT), status_lost=PARAMETER_BRIDGE)
 
 
 def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_flight):
