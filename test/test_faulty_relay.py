@@ -76,9 +76,9 @@ def test_the_relay_loses_doubles_and_reorders_at_about_the_rates_asked_both_ways
     answering.start()
     sitl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sitl.bind(('127.0.0.1', 0))
-    replies = []
-    counting = threading.Thread(target=lambda: replies.extend(iter(
-        lambda: sitl.recvfrom(1024)[0], b'')), daemon=True)
+    received = []   # (datagram, sender) until the empty datagram that ends the test
+    counting = threading.Thread(target=lambda: received.extend(iter(
+        lambda: sitl.recvfrom(1024), (b'', sitl.getsockname()))), daemon=True)
     counting.start()
     sent = 3000
     with FaultyRelay(('127.0.0.1', free_udp_port()), bridge.getsockname(), seed=7,
@@ -95,6 +95,8 @@ def test_the_relay_loses_doubles_and_reorders_at_about_the_rates_asked_both_ways
         thread.join(2.0)
     bridge.close()
     sitl.close()
+    # The relay's replies; not a stray datagram of an earlier test's process to this port.
+    replies = [data for data, sender in received if sender == target]
     # Binomial(3000, 0.02): 60 expected; 4.3 standard deviations either side is 27 to 93.
     assert 27 <= to_bridge.lost <= 93 and 27 <= to_bridge.duplicated <= 93, to_bridge
     assert to_bridge.passed == sent - to_bridge.lost + to_bridge.duplicated == len(handed)
