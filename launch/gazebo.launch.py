@@ -54,13 +54,14 @@ def _gazebo(context, *args, **kwargs) -> list:
         launch_arguments={'gz_args': gz_args}.items())
     if not lock_step:
         return [gazebo]
+    service = control_service(world)   # reads the world's SDF for its name
     topics = Node(package='ros_gz_bridge', executable='parameter_bridge', output='screen',
-                  arguments=[f'{control_service(world)}@ros_gz_interfaces/srv/ControlWorld'],
+                  arguments=[f'{service}@ros_gz_interfaces/srv/ControlWorld'],
                   parameters=[{'config_file': argument('bridge_config'), 'use_sim_time': True}])
     bridge = bridge_node_arguments(single_vehicle('quad', argument('instance')), True,
                                    argument('params_file'))
     bridge['parameters'].append({'sim_control': GZ_CONTROL_WORLD,
-                                 'sim_control_service': control_service(world)})
+                                 'sim_control_service': service})
     return [gazebo, topics, Node(**bridge)]
 
 
