@@ -23,7 +23,8 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
 from ardupilot_json_bridge.ros.launch_config import (
-    fleet, gazebo_arguments, parse_bool, write_gazebo_fleet)
+    fleet, gazebo_arguments, parse_bool, REAL_TIME_FACTOR_HELP, SERVER_ONLY_HELP,
+    write_gazebo_fleet)
 
 
 def _gazebo(context, *args, **kwargs) -> list:
@@ -71,10 +72,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('params_file', default_value=os.path.join(config, 'quad_x.yaml'),
                               description='Bridge parameters shared by all vehicles'),
         DeclareLaunchArgument('server_only', default_value='false',
-                              description='Gazebo without its GUI (true where there is no '
-                                          'display)'),
+                              description=SERVER_ONLY_HELP),
         DeclareLaunchArgument('real_time_factor', default_value='',
-                              description='Simulated seconds a wall second, at most 1 (empty: '
-                                          "the world's own; 0.5 for a busy or small machine)"),
+                              description=REAL_TIME_FACTOR_HELP),
         OpaqueFunction(function=_gazebo), bridges,
     ])

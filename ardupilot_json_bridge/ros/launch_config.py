@@ -17,6 +17,10 @@ from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_INSTANCE, sitl_po
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 # Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
 MAX_REAL_TIME_FACTOR = 1.0
+# gazebo.launch.py's and gazebo_fleet.launch.py's arguments for how Gazebo runs.
+SERVER_ONLY_HELP = 'Gazebo without its GUI (true where there is no display)'
+REAL_TIME_FACTOR_HELP = ('Simulated seconds a wall second, at most 1 (empty: '
+                         "the world's own; 0.5 for a busy or small machine)")
 
 
 class LaunchArgumentError(ValueError):
@@ -342,10 +346,11 @@ def write_gazebo_fleet(template: str, model: str, namespaces: List[str],
     Gazebo and parameter_bridge take files: the launch writes them when it runs.
     """
     import yaml
+    text = fleet_world(template, model, namespaces)
     world = os.path.join(folder, 'fleet_world.sdf')
     bridge = os.path.join(folder, 'gz_bridge_fleet.yaml')
     with open(world, 'w') as stream:
-        stream.write(fleet_world(template, model, namespaces))
+        stream.write(text)
     with open(bridge, 'w') as stream:
         yaml.safe_dump(gazebo_bridge_topics(namespaces), stream, sort_keys=False)
     return world, bridge

@@ -15,12 +15,15 @@ prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
 import os
 import re
 import shutil
-from typing import Optional, Tuple
+from typing import Optional, Tuple, TYPE_CHECKING
 
 import pytest
 
 from ros2_tools import free_instances, launch, ros2, Running, share, stop
 import sitl_flight
+
+if TYPE_CHECKING:
+    from test_mujoco_launch import LaunchedFlight
 
 GAZEBO_ALTITUDE = 10.0
 # gazebo_fleet.launch.py's two vehicles climb to heights of their own: a vehicle judged on the
@@ -93,9 +96,9 @@ def stop_gazebo(launched: Running) -> str:
     return stop(launched, known=(GAZEBO_SIGINT, BRIDGE_SIGABRT), status_lost=PARAMETER_BRIDGE)
 
 
-def assert_hovered_in_gazebo(flight) -> None:
+def assert_hovered_in_gazebo(flight: 'LaunchedFlight') -> None:
     """
-    A quad X armed, hovered at its target and landed, judged on Gazebo's pose of its model.
+    Assert a quad X armed, hovered at its target and landed, by Gazebo's pose of its model.
 
     flight: test_mujoco_launch.LaunchedFlight; its record's truth is its model's odometry.
     """
