@@ -7,16 +7,19 @@ of its own (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); one ros_gz_br
 /clock and those, and fleet.launch.py starts a bridge node in each namespace serving SITL
 instance k: sim_vehicle.py -v ArduCopter -f quad -I k --model JSON:127.0.0.1
 --add-param-file=<share>/config/quad_x.parm. The world and the bridge configuration are written
-to a temporary folder when the launch runs. Gazebo runs free (server_only, real_time_factor
+to a temporary folder when the launch runs, removed when it ends. Gazebo runs free (server_only, real_time_factor
 as in gazebo.launch.py); there is no lock-step for a fleet (one world, several steppers).
 """
 
 import os
+import shutil
 import tempfile
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
+from launch.actions import (
+    DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction, RegisterEventHandler)
+from launch.event_handlers import OnShutdown
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
@@ -33,9 +36,16 @@ def _gazebo(context, *args, **kwargs) -> list:
         return LaunchConfiguration(name).perform(context)
 
     vehicles = fleet(argument('count'), argument('namespace_prefix'), argument('first_instance'))
-    world, bridge_config = write_gazebo_fleet(
-        argument('world'), argument('model'), [vehicle.namespace for vehicle in vehicles],
-        tempfile.mkdtemp(prefix='ardupilot_json_bridge_gazebo_fleet_'))
+    folder = tempfile.mkdtemp(prefix='ardupilot_json_bridge_gazebo_fleet_')
+    removal = RegisterEventHandler(OnShutdown(
+        on_shutdown=lambda event, context: shutil.rmtree(folder, ignore_errors=True)))
+    try:
+        world, bridge_config = write_gazebo_fleet(
+            argument('world'), argument('model'), [vehicle.namespace for vehicle in vehicles],
+            folder)
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     gz_args = gazebo_arguments(world, parse_bool('server_only', argument('server_only')),
                                argument('real_time_factor'))
     gazebo = IncludeLaunchDescription(
@@ -44,7 +54,7 @@ def _gazebo(context, *args, **kwargs) -> list:
         launch_arguments={'gz_args': gz_args}.items())
     topics = Node(package='ros_gz_bridge', executable='parameter_bridge', output='screen',
                   parameters=[{'config_file': bridge_config, 'use_sim_time': True}])
-    return [gazebo, topics]
+    return [removal, gazebo, topics]
 
 
 def generate_launch_description() -> LaunchDescription:
