@@ -7,8 +7,9 @@ of its own (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); one ros_gz_br
 /clock and those, and fleet.launch.py starts a bridge node in each namespace serving SITL
 instance k: sim_vehicle.py -v ArduCopter -f quad -I k --model JSON:127.0.0.1
 --add-param-file=<share>/config/quad_x.parm. The world and the bridge configuration are written
-to a temporary folder when the launch runs, removed when it ends. Gazebo runs free (server_only, real_time_factor
-as in gazebo.launch.py); there is no lock-step for a fleet (one world, several steppers).
+to a temporary folder when the launch runs, removed when it ends. Gazebo runs free
+(server_only, real_time_factor as in gazebo.launch.py); there is no lock-step for a fleet (one
+world, several steppers).
 """
 
 import os
