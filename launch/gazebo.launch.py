@@ -29,7 +29,7 @@ from launch_ros.substitutions import FindPackageShare
 from ardupilot_json_bridge.config import GZ_CONTROL_WORLD
 from ardupilot_json_bridge.ros.launch_config import (
     bridge_node_arguments, control_service, gazebo_arguments, parse_bool,
-    parse_gazebo_sim_control, single_vehicle)
+    parse_gazebo_sim_control, REAL_TIME_FACTOR_HELP, SERVER_ONLY_HELP, single_vehicle)
 
 
 def _gazebo(context, *args, **kwargs) -> list:
@@ -90,11 +90,9 @@ def generate_launch_description() -> LaunchDescription:
                               description='Bridge parameters'),
         DeclareLaunchArgument('instance', default_value='0', description='SITL instance'),
         DeclareLaunchArgument('server_only', default_value='false',
-                              description='Gazebo without its GUI (true where there is no '
-                                          'display)'),
+                              description=SERVER_ONLY_HELP),
         DeclareLaunchArgument('real_time_factor', default_value='',
-                              description='Simulated seconds a wall second, at most 1 (empty: '
-                                          "the world's own; 0.5 for a busy or small machine)"),
+                              description=REAL_TIME_FACTOR_HELP),
         DeclareLaunchArgument('sim_control', default_value='none',
                               description='none: Gazebo runs free; gz_control_world: Gazebo '
                                           'starts paused and the bridge steps it to each SITL '

@@ -1,4 +1,10 @@
-"""The example Gazebo world, its ros_gz_bridge config and the quad preset agree."""
+"""
+The example Gazebo world, its ros_gz_bridge config and the quad preset agree.
+
+So do gazebo_fleet.launch.py's worlds (quad_x.sdf's quad once per vehicle) and bridge
+configurations: each vehicle's model is the quad with topics of its own, bridged to its
+namespace, where the bridge with the preset reads and writes them.
+"""
 
 import os
 import xml.etree.ElementTree as ElementTree
@@ -7,21 +13,41 @@ import pytest
 import yaml
 
 from ardupilot_json_bridge.config import config_from_parameters, load_parameters_file
+from ardupilot_json_bridge.ros.launch_config import (
+    fleet, gazebo_bridge_topics, LaunchArgumentError, write_gazebo_fleet)
 from ardupilot_json_bridge.sources.replay import resolve_topic
 
 CONFIG = os.path.join(os.path.dirname(__file__), '..', 'config')
+WORLD = os.path.join(CONFIG, 'worlds', 'quad_x.sdf')
 NAMESPACE = 'quad'
+# gazebo_fleet.launch.py's vehicles (count, namespace_prefix, first_instance) and where each
+# model starts (ENU x, y, z; 3 m apart northwards, origins on the ground as quad_x.sdf's).
+FLEETS = [('2', 'vehicle', '0', [(0, 0, 0), (0, 3, 0)]),
+          ('3', '/fleet/uav/', '5', [(0, 0, 0), (0, 3, 0), (0, 6, 0)]),
+          ('1', 'vehicle', '7', [(0, 0, 0)])]
 
 
 @pytest.fixture(scope='module')
 def world():
-    return ElementTree.parse(os.path.join(CONFIG, 'worlds', 'quad_x.sdf')).getroot()
+    return ElementTree.parse(WORLD).getroot()
 
 
 @pytest.fixture(scope='module')
 def bridge_topics():
     with open(os.path.join(CONFIG, 'gz_bridge_quad.yaml')) as stream:
         return {entry['ros_topic_name']: entry for entry in yaml.safe_load(stream)}
+
+
+@pytest.fixture(scope='module', params=FLEETS, ids=lambda fleet_: f'{fleet_[0]}x{fleet_[1]}')
+def fleet_files(request, tmp_path_factory):
+    """gazebo_fleet.launch.py's world (parsed), its bridge entries and its namespaces."""
+    count, prefix, first, poses = request.param
+    namespaces = [vehicle.namespace for vehicle in fleet(count, prefix, first)]
+    world_file, bridge_file = write_gazebo_fleet(WORLD, 'quad', namespaces,
+                                                 str(tmp_path_factory.mktemp('fleet')))
+    with open(bridge_file) as stream:
+        entries = yaml.safe_load(stream)
+    return ElementTree.parse(world_file).getroot(), entries, namespaces, poses
 
 
 @pytest.fixture(scope='module')
@@ -87,3 +113,75 @@ def test_bridge_config_connects_world_and_preset(world, bridge_topics, preset):
     assert command['gz_type_name'] == 'gz.msgs.Actuators'
     assert command['gz_topic_name'] == '/quad/command/motor_speed'
     assert preset.inputs.imu_mounting_rpy == (0.0, 0.0, 0.0)
+
+
+def test_the_shipped_bridge_config_is_what_gazebo_bridge_topics_writes_for_the_quad():
+    with open(os.path.join(CONFIG, 'gz_bridge_quad.yaml')) as stream:
+        assert yaml.safe_load(stream) == gazebo_bridge_topics([NAMESPACE])
+
+
+def gz_topics(model: ElementTree.Element) -> dict:
+    """Return the Gazebo topics a model's IMU, odometry and motors use, read from its SDF."""
+    (imu,) = [s for s in model.iter('sensor') if s.get('type') == 'imu']
+    (odometry,) = plugins(model, 'gz::sim::systems::OdometryPublisher')
+    # MulticopterMotorModel subscribes to /<robotNamespace>/<commandSubTopic>.
+    commands = {f"/{m.find('robotNamespace').text}/{m.find('commandSubTopic').text}"
+                for m in plugins(model, 'gz::sim::systems::MulticopterMotorModel')}
+    (command,) = commands
+    return {'imu': imu.find('topic').text, 'odom': odometry.find('odom_topic').text,
+            'command': command}
+
+
+def test_each_fleet_vehicle_is_the_quad_with_topics_of_its_own(fleet_files, world, preset):
+    fleet_world, entries, namespaces, _ = fleet_files
+    (template,) = world.findall("world/model[@name='quad']")
+    models = [m for m in fleet_world.findall('world/model') if m.get('name') != 'ground_plane']
+    assert [m.get('name') for m in models] == [n.replace('/', '_') for n in namespaces]
+    # The rest of the world is quad_x.sdf's: physics, systems, ground.
+    assert [e.tag for e in fleet_world.find('world') if e.tag != 'model'] == \
+        [e.tag for e in world.find('world') if e.tag != 'model']
+    bridged = {e['ros_topic_name']: e for e in entries}
+    assert bridged['/clock']['gz_topic_name'] == '/clock'
+    assert len(entries) == 1 + 3 * len(namespaces)
+    seen = []
+    for model, namespace in zip(models, namespaces):
+        # The same model: as many elements, the same links and joints where they were.
+        assert len(list(model.iter())) == len(list(template.iter()))
+        assert [(e.tag, e.get('name'), e.findtext('pose')) for e in model.iter('link')] == \
+            [(e.tag, e.get('name'), e.findtext('pose')) for e in template.iter('link')]
+        topics = gz_topics(model)
+        assert topics == {'imu': f'/{namespace}/imu', 'odom': f'/{namespace}/odometry',
+                          'command': f'/{namespace}/command/motor_speed'}
+        seen += topics.values()
+        # Bridged to where the bridge with the preset reads and writes in its namespace.
+        (motors,) = preset.outputs
+        for kind, ros_topic in (('imu', preset.inputs.imu_topic),
+                                ('odom', preset.inputs.odom_topic), ('command', motors.topic)):
+            entry = bridged[resolve_topic(namespace, ros_topic)]
+            assert entry['gz_topic_name'] == topics[kind]
+            assert entry['direction'] == ('ROS_TO_GZ' if kind == 'command' else 'GZ_TO_ROS')
+        (odometry,) = plugins(model, 'gz::sim::systems::OdometryPublisher')
+        assert odometry.find('odom_frame').text == f'{namespace}/odom'
+        assert odometry.find('robot_base_frame').text == f'{namespace}/base_link'
+    assert len(seen) == len(set(seen)), seen
+
+
+def test_fleet_vehicles_start_apart_on_the_ground(fleet_files):
+    fleet_world, _, _, poses = fleet_files
+    models = [m for m in fleet_world.findall('world/model') if m.get('name') != 'ground_plane']
+    starts = [tuple(float(v) for v in m.find('pose').text.split()) for m in models]
+    assert starts == [pose + (0, 0, 0) for pose in poses]
+
+
+@pytest.mark.parametrize('text, message', [
+    (None, 'needs an SDF world file it can read'),
+    ('<sdf><world name="w"><model name="other"/></world></sdf>', 'has no <model name="quad">'),
+    ('<sdf><model name="quad"/></sdf>', 'has no <model name="quad">'),
+    ('<sdf><world name="w">', 'needs an SDF world file it can read')])
+def test_a_fleet_needs_a_world_with_the_model(tmp_path, text, message):
+    template = tmp_path / 'world.sdf'
+    if text is not None:
+        template.write_text(text)
+    with pytest.raises(LaunchArgumentError, match=message) as error:
+        write_gazebo_fleet(str(template), 'quad', ['vehicle0'], str(tmp_path))
+    assert '\n' not in str(error.value)

@@ -17,6 +17,10 @@ from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_INSTANCE, sitl_po
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 # Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
 MAX_REAL_TIME_FACTOR = 1.0
+# gazebo.launch.py's and gazebo_fleet.launch.py's arguments for how Gazebo runs.
+SERVER_ONLY_HELP = 'Gazebo without its GUI (true where there is no display)'
+REAL_TIME_FACTOR_HELP = ('Simulated seconds a wall second, at most 1 (empty: '
+                         "the world's own; 0.5 for a busy or small machine)")
 
 
 class LaunchArgumentError(ValueError):
@@ -256,3 +260,97 @@ def parse_gazebo_sim_control(value: str) -> bool:
     if value not in ('none', 'gz_control_world'):
         raise LaunchArgumentError(f'sim_control: {value!r} is not none or gz_control_world')
     return value == 'gz_control_world'
+
+
+# Vehicle k of a Gazebo fleet starts this far north (ENU y) of vehicle 0, in metres.
+FLEET_SPACING = 3.0
+
+
+def gazebo_bridge_topics(namespaces: List[str]) -> List[Dict[str, str]]:
+    """
+    Return ros_gz_bridge's configuration for vehicles in namespaces: one /clock, their topics.
+
+    Each vehicle's Gazebo topics are those of config/worlds/quad_x.sdf's quad under its
+    namespace (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); the ROS side is where the
+    bridge with config/quad_x.yaml reads and writes them in that namespace.
+    """
+    entries = [{'ros_topic_name': '/clock', 'gz_topic_name': '/clock',
+                'ros_type_name': 'rosgraph_msgs/msg/Clock', 'gz_type_name': 'gz.msgs.Clock',
+                'direction': 'GZ_TO_ROS'}]
+    for namespace in namespaces:
+        entries += [
+            {'ros_topic_name': f'/{namespace}/imu', 'gz_topic_name': f'/{namespace}/imu',
+             'ros_type_name': 'sensor_msgs/msg/Imu', 'gz_type_name': 'gz.msgs.IMU',
+             'direction': 'GZ_TO_ROS'},
+            {'ros_topic_name': f'/{namespace}/odom', 'gz_topic_name': f'/{namespace}/odometry',
+             'ros_type_name': 'nav_msgs/msg/Odometry', 'gz_type_name': 'gz.msgs.Odometry',
+             'direction': 'GZ_TO_ROS'},
+            {'ros_topic_name': f'/{namespace}/command/motor_speed',
+             'gz_topic_name': f'/{namespace}/command/motor_speed',
+             'ros_type_name': 'actuator_msgs/msg/Actuators', 'gz_type_name': 'gz.msgs.Actuators',
+             'direction': 'ROS_TO_GZ'}]
+    return entries
+
+
+def _rescoped(text: str, old: str, new: str) -> str:
+    """Return text with the scope old (a name, /old/..., old/...) put under new instead."""
+    for before, after in ((old, new), (f'/{old}/', f'/{new}/'), (f'{old}/', f'{new}/')):
+        if text == before or (before.endswith('/') and text.startswith(before)):
+            return after + text[len(before):]
+    return text
+
+
+def fleet_world(template: str, model: str, namespaces: List[str],
+                spacing: float = FLEET_SPACING) -> str:
+    """
+    Return an SDF world of template's world with its model `model` once per namespace.
+
+    Copy k is named after namespaces[k] (a '/' becomes '_'), stands spacing x k metres north
+    of the template model's pose, and every name the template scopes by the model's name
+    (topics /quad/imu, /quad/odometry, the motors' robotNamespace quad, frames quad/odom) is
+    scoped by namespaces[k] instead: each copy's sensors and motors are its own.
+    """
+    import copy
+    import xml.etree.ElementTree as ElementTree
+    root = _world_root(template, 'a Gazebo fleet')
+    world = root.find('./world')
+    vehicle = None if world is None else world.find(f"./model[@name='{model}']")
+    if vehicle is None:
+        raise LaunchArgumentError(f'world: {template!r} has no <model name="{model}"> in its '
+                                  'world to make the fleet of')
+    pose = [float(value) for value in (vehicle.findtext('pose') or '0 0 0 0 0 0').split()]
+    place = list(world).index(vehicle)
+    world.remove(vehicle)
+    for index, namespace in enumerate(namespaces):
+        each = copy.deepcopy(vehicle)
+        each.set('name', namespace.replace('/', '_'))
+        for element in each.iter():
+            text = (element.text or '').strip()
+            if text and _rescoped(text, model, namespace) != text:
+                element.text = _rescoped(text, model, namespace)
+        here = list(pose)
+        here[1] += spacing * index
+        element = each.find('pose')
+        if element is None:
+            element = ElementTree.SubElement(each, 'pose')
+        element.text = ' '.join(f'{value:g}' for value in here)
+        world.insert(place + index, each)
+    return ElementTree.tostring(root, encoding='unicode')
+
+
+def write_gazebo_fleet(template: str, model: str, namespaces: List[str],
+                       folder: str) -> Tuple[str, str]:
+    """
+    Write the fleet's world (fleet_world) and ros_gz_bridge file into folder; return both paths.
+
+    Gazebo and parameter_bridge take files: the launch writes them when it runs.
+    """
+    import yaml
+    text = fleet_world(template, model, namespaces)
+    world = os.path.join(folder, 'fleet_world.sdf')
+    bridge = os.path.join(folder, 'gz_bridge_fleet.yaml')
+    with open(world, 'w') as stream:
+        stream.write(text)
+    with open(bridge, 'w') as stream:
+        yaml.safe_dump(gazebo_bridge_topics(namespaces), stream, sort_keys=False)
+    return world, bridge

@@ -6,7 +6,8 @@ small or busy machine; SITL is the project's quad X. The hover is judged on Gaze
 of the model (OdometryPublisher's pose: the world pose of the model, no noise), not on SITL's
 estimate. `ros2 bag record` records the flight, and the project's `check` judges the bag.
 One more flight runs in lock-step through ROS (sim_control:=gz_control_world: Gazebo paused,
-the bridge steps it through the world's ControlWorld) beside two CPU-bound processes.
+the bridge steps it through the world's ControlWorld) beside two CPU-bound processes, and two
+real ArduCopters fly at once in one world through gazebo_fleet.launch.py, to two heights.
 Skips in one line where Gazebo and ros_gz (source /opt/gz/harmonic/activate.sh) or the
 prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
 """
@@ -14,14 +15,20 @@ prebuilt SITL (ARDUPILOT_SITL_DIR) are missing.
 import os
 import re
 import shutil
-from typing import Optional, Tuple
+from typing import Optional, Tuple, TYPE_CHECKING
 
 import pytest
 
 from ros2_tools import free_instances, launch, ros2, Running, share, stop
 import sitl_flight
 
+if TYPE_CHECKING:
+    from test_mujoco_launch import LaunchedFlight
+
 GAZEBO_ALTITUDE = 10.0
+# gazebo_fleet.launch.py's two vehicles climb to heights of their own: a vehicle judged on the
+# other's model, or flying on the other's motors, would be metres off.
+FLEET_ALTITUDES = (10.0, 6.0)
 # In lock-step SITL follows the steps it is given: its own wall-clock pacing out of the way.
 LOCK_STEP_SPEEDUP = 100
 # The issue's bound: SITL's altitude and the target, each against Gazebo's pose of the model.
@@ -89,19 +96,29 @@ def stop_gazebo(launched: Running) -> str:
     return stop(launched, known=(GAZEBO_SIGINT, BRIDGE_SIGABRT), status_lost=PARAMETER_BRIDGE)
 
 
-def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_flight):
-    flight, _ = gazebo_flight
-    output = flight.launch_output
+def assert_hovered_in_gazebo(flight: 'LaunchedFlight') -> None:
+    """
+    Assert a quad X armed, hovered at its target and landed, by Gazebo's pose of its model.
+
+    flight: test_mujoco_launch.LaunchedFlight; its record's truth is its model's odometry.
+    """
     record = flight.record
-    assert record.armed and record.reached, (record.texts, output[-3000:],
+    assert record.armed and record.reached, (record.texts, flight.launch_output[-3000:],
                                              flight.sitl_log[-2000:])
     assert record.frame == 'Frame: QUAD/X', record.texts
     assert record.sim_seconds >= 5.0
     heights = [truth for _, _, truth in record.hover]
-    print(f"Gazebo's height over the hover: {min(heights):.3f} to {max(heights):.3f} m")
-    assert max(abs(h - GAZEBO_ALTITUDE) for h in heights) < GAZEBO_HOVER_TOLERANCE, record.hover
+    print(f"Gazebo's height over the hover: {min(heights):.3f} to {max(heights):.3f} m "
+          f'(target {flight.altitude:g} m)')
+    assert max(abs(h - flight.altitude) for h in heights) < GAZEBO_HOVER_TOLERANCE, record.hover
     assert record.worst_truth_error() < GAZEBO_HOVER_TOLERANCE, record.hover
     assert record.landed, ('not disarmed after LAND; SITL said', record.texts[-10:])
+
+
+def test_real_arducopter_hovers_at_10_m_in_gazebo_through_gazebo_launch(gazebo_flight):
+    flight, _ = gazebo_flight
+    output = flight.launch_output
+    assert_hovered_in_gazebo(flight)
     # The bridge ended cleanly on Ctrl-C, Gazebo of the SIGINT (ros_gz_bridge: see above).
     assert '[bridge-3]: process has finished cleanly' in output, output[-3000:]
     assert output.count(GAZEBO_SIGINT) == 1, output[-3000:]
@@ -138,15 +155,36 @@ def test_real_arducopter_hovers_in_gazebo_in_lock_step_beside_two_cpu_hogs(gazeb
     print(f'Gazebo lock-step beside two CPU hogs: {flight.summary()}')
     assert 'lock-step through ROS with the simulator at /world/quad_x/control' in output, \
         output[-3000:]
-    assert record.armed and record.reached, (record.texts, output[-3000:],
-                                             flight.sitl_log[-2000:])
-    assert record.sim_seconds >= 5.0
-    heights = [truth for _, _, truth in record.hover]
-    print(f"Gazebo's height over the hover: {min(heights):.3f} to {max(heights):.3f} m; SITL "
-          f'{record.sim_seconds / record.hover_wall_seconds:.2f} x real time while hovering')
-    assert max(abs(h - GAZEBO_ALTITUDE) for h in heights) < GAZEBO_HOVER_TOLERANCE, record.hover
-    assert record.worst_truth_error() < GAZEBO_HOVER_TOLERANCE, record.hover
-    assert record.landed, ('not disarmed after LAND; SITL said', record.texts[-10:])
+    flight.launch_output = output
+    assert_hovered_in_gazebo(flight)
+    print(f'SITL {record.sim_seconds / record.hover_wall_seconds:.2f} x real time while '
+          'hovering')
     steps = re.findall(r'sim_control: \d+ step requests.*', output)
     print('\n'.join(steps))
     assert steps, output[-3000:]
+
+
+def test_two_real_arducopters_hover_in_one_gazebo_world_through_gazebo_fleet_launch(gazebo):
+    """
+    Two quad X models in one world, each flown by its SITL through its own bridge namespace.
+
+    Vehicle k (namespace vehicle<k>, SITL instance k) climbs to its own height, judged on its
+    own model's odometry (/vehicle<k>/odom, Gazebo's /vehicle<k>/odometry).
+    """
+    from test_mujoco_launch import fly_launched
+    instances = free_instances(2)
+    launched = launch('gazebo_fleet.launch.py', 'server_only:=true',
+                      f'first_instance:={instances[0]}', sitl_flight.PACED)
+    try:
+        flights = fly_launched(instances, launched, dict(zip(instances, FLEET_ALTITUDES)),
+                               lambda instance: f'/vehicle{instance}/odom')
+    finally:
+        output = stop_gazebo(launched)
+    for instance, flight in flights.items():
+        print(f'gazebo_fleet.launch.py, vehicle{instance}: {flight.summary()}')
+        flight.launch_output = output
+        assert_hovered_in_gazebo(flight)
+    # Both bridges ended cleanly on Ctrl-C, Gazebo of the SIGINT (ros_gz_bridge: see above).
+    assert len(re.findall(r'\[bridge-\d+\]: process has finished cleanly', output)) == 2, \
+        output[-3000:]
+    assert output.count(GAZEBO_SIGINT) == 1, output[-3000:]

@@ -14,7 +14,7 @@ import io
 import os
 import re
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import pytest
@@ -70,15 +70,18 @@ def quad_odometry(instance: int) -> str:
     return f'/quad{instance}/odom'
 
 
-def fly_launched(instances: List[int], launched: Running, altitude: float = ALTITUDE,
+def fly_launched(instances: List[int], launched: Running,
+                 altitude: Union[float, Mapping[int, float]] = ALTITUDE,
                  odometry: Callable[[int], str] = quad_odometry,
                  speedup: float = 1.0) -> Dict[int, LaunchedFlight]:
     """
     Fly real ArduCopter on each instance at once, each through its launched vehicle.
 
     The simulator's truth is the height on odometry(instance) above its first message.
-    speedup: SITL's (start_sitl).
+    altitude: all vehicles' target, or {instance: its own}. speedup: SITL's (start_sitl).
     """
+    altitudes = (dict(altitude) if isinstance(altitude, Mapping)
+                 else {instance: altitude for instance in instances})
     from test_node_flight import SimulatorTruth
     domain = int(os.environ['ROS_DOMAIN_ID'])
     assert launched.wait_for_text('listening on UDP', 60, count=len(instances)), \
@@ -94,7 +97,7 @@ def fly_launched(instances: List[int], launched: Running, altitude: float = ALTI
             with start_sitl(instance, speedup) as sitl:
                 try:
                     records[instance] = sitl_flight.fly(
-                        sitl, altitude, HOLD, lambda: truth.height,
+                        sitl, altitudes[instance], HOLD, lambda: truth.height,
                         timeout=sitl_flight.FLIGHT_TIMEOUT / REAL_TIME_FACTOR)
                 finally:
                     logs[instance] = sitl.log()
@@ -116,7 +119,7 @@ def fly_launched(instances: List[int], launched: Running, altitude: float = ALTI
     lines = chatter.getvalue().splitlines()
     if lines:
         print(f'pymavlink said {len(lines)} line(s), the last: {lines[-1]}')
-    return {n: LaunchedFlight(records[n], launched.output, logs[n], altitude,
+    return {n: LaunchedFlight(records[n], launched.output, logs[n], altitudes[n],
                               figures.get(n, (None, None, 0))) for n in instances}
 
 
