@@ -19,6 +19,7 @@ from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.settings import (  # noqa: E402
     LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.fleet_server import FleetServer  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
@@ -50,6 +51,7 @@ class Fleet:
         self.world = FleetWorld(self.vehicles, HOLD_TIMEOUT)
         self.links: List[SitlLink] = []
         self.peers: List[SitlPeer] = []
+        sources = []
         for vehicle in self.vehicles:
             state = SensorState(StateSettings(pacing=SAMPLES))
             source = MujocoLockStep(vehicle, state, config.outputs, world=self.world,
@@ -57,9 +59,12 @@ class Fleet:
             link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=5.0), state,
                             on_frame=source.on_frame, on_restart=source.on_restart,
                             after_reply=source.after_reply)
-            link.start()
+            sources.append(source)
             self.links.append(link)
             self.peers.append(SitlPeer(link.address[1]))
+        self.server = FleetServer(self.links, self.world,
+                                  [source.held_instant for source in sources])
+        self.server.start()
         if count == 2:
             self.peers[0].step(pwm=IDLE)
             self.join(1, IDLE)
@@ -103,7 +108,7 @@ class Fleet:
         return replies
 
     def close(self) -> None:
-        self.world.close()
+        self.server.stop()
         for link, peer in zip(self.links, self.peers):
             peer.close()
             link.stop()

@@ -26,7 +26,8 @@ from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, MAX_STEP, S
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
-# A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once;
+# A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once,
+# or HELD: a fleet's world holds the frame, and release() answers it once the world stepped;
 # anything else it returns (a source's controls) is not the link's.
 FrameCallback = Callable[[ServoPacket], object]
 RestartCallback = Callable[[], None]
@@ -52,6 +53,25 @@ def falling_behind(grid: FrameGrid, backlog: float, passed: int, max_backlog: fl
             "SITL's clock still stepping one frame at a time; it now runs "
             f'{grid.passed_over:.2f} s behind the simulator. SITL and the bridge cannot keep '
             f'up: {WHAT_TO_CHANGE}')
+
+
+class Held:
+    """What on_frame returns for a frame a fleet's world holds (the one instance HELD)."""
+
+    def __repr__(self) -> str:
+        return 'HELD'
+
+
+HELD = Held()
+
+
+class HeldFrame(NamedTuple):
+    """A frame whose reply waits for the fleet's world to step (SitlLink.release)."""
+
+    packet: ServoPacket
+    data: bytes
+    received: float
+    retry: bool         # SITL sent it again after its on_frame failed
 
 
 class ReplyAhead(NamedTuple):
@@ -140,11 +160,16 @@ class SitlLink:
         self._thread: Optional[threading.Thread] = None
         self._peer: Optional[Address] = None
         self._peer_heard = 0.0
+        self._held: Optional[HeldFrame] = None
+
+    def announce(self) -> None:
+        """Say where the link listens (once, when its serving starts)."""
+        self.logger.info(f'{self._prefix}listening on UDP {self.address[0]}:{self.address[1]} '
+                         f'for ArduPilot SITL (--model JSON:<this host>)')
 
     def start(self) -> None:
         """Serve in a daemon thread until stop()."""
-        self.logger.info(f'{self._prefix}listening on UDP {self.address[0]}:{self.address[1]} '
-                         f'for ArduPilot SITL (--model JSON:<this host>)')
+        self.announce()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f'sitl-link-{self.settings.instance}')
         self._thread.start()
@@ -181,24 +206,49 @@ class SitlLink:
     def peer(self) -> Optional[Address]:
         return self._peer
 
+    @property
+    def held(self) -> bool:
+        """Whether a frame waits for release(): read no datagram meanwhile, as SITL sends none."""
+        return self._held is not None
+
+    @property
+    def socket(self) -> socket.socket:
+        """The link's UDP socket, for a server that reads many links' in one thread."""
+        return self._sock
+
+    def release(self, instant: Optional[Instant]) -> None:
+        """Answer the frame held (HELD from on_frame) from instant; None: from the state."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            self._finish(held, instant)
+        except Exception as error:
+            self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} answering '
+                                              f'frame {held.packet.frame_count}')
+            self.logger.debug('traceback of the error above', exc_info=True)
+
     def _run(self) -> None:
-        while True:
-            try:
-                data, sender = self._sock.recvfrom(MAX_DATAGRAM)
-            except OSError as error:
-                if self._stopping.is_set():
-                    return
+        while not self._stopping.is_set():
+            self.receive_one()
+
+    def receive_one(self) -> None:
+        """Read one datagram from the socket and handle it; a failure is said, not raised."""
+        try:
+            data, sender = self._sock.recvfrom(MAX_DATAGRAM)
+        except OSError as error:
+            if not self._stopping.is_set():
                 self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
-                continue
-            if self._stopping.is_set():
-                return
-            try:
-                self.handle_datagram(data, sender[:2])
-            except Exception as error:
-                self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
-                                                  f'handling a datagram from {sender[0]}:'
-                                                  f'{sender[1]}; the link carries on')
-                self.logger.debug('traceback of the error above', exc_info=True)
+            return
+        if self._stopping.is_set():
+            return
+        try:
+            self.handle_datagram(data, sender[:2])
+        except Exception as error:
+            self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
+                                              f'handling a datagram from {sender[0]}:'
+                                              f'{sender[1]}; the link carries on')
+            self.logger.debug('traceback of the error above', exc_info=True)
 
     def handle_datagram(self, data: bytes, sender: Address) -> None:
         """Process one datagram as the link thread does (public for tests and tools)."""
@@ -258,13 +308,26 @@ class SitlLink:
         if verdict.lost:
             self._fault('lost', verdict.lost, f'{verdict.lost} SITL frame(s) never reached the '
                                               f'bridge before frame {packet.frame_count}')
-        if verdict.kind is FrameKind.RETRY:
+        retry = verdict.kind is FrameKind.RETRY
+        if retry:
             # A lock-step engine steps the frame it failed again.
-            self._serve(packet, received, self._publish(packet)
-                        if self._failed_frame == packet.frame_count else None)
+            published = (self._publish(packet) if self._failed_frame == packet.frame_count
+                         else None)
+        else:
+            stats.new_frames += 1
+            published = self._publish(packet)
+        frame = HeldFrame(packet, data, received, retry)
+        if published is HELD:
+            self._held = frame
             return
-        stats.new_frames += 1
-        answered = self._serve(packet, received, self._publish(packet))
+        self._finish(frame, published)
+
+    def _finish(self, frame: HeldFrame, published: object) -> None:
+        """Answer a frame from what on_frame gave; then the source's bookkeeping, stepping ahead."""
+        packet = frame.packet
+        answered = self._serve(packet, frame.received, published)
+        if frame.retry:
+            return
         if self.after_reply is not None:
             try:
                 self.after_reply()
@@ -272,7 +335,7 @@ class SitlLink:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
         if answered and self.step_ahead is not None:
-            self._step_ahead(packet, data)
+            self._step_ahead(packet, frame.data)
 
     def _fault(self, counter: str, count: int, message: str) -> None:
         """Count a fault of the wire or of SITL's session in LinkStats; say it, rate-limited."""
