@@ -149,6 +149,21 @@ def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
             599 / 1200, abs=1e-9)
 
 
+def test_one_thread_serves_every_sitl_of_a_fleet():
+    fleet = Fleet(4)
+    try:
+        for _ in range(50):
+            replies = fleet.step({k: IDLE for k in range(4)})
+        assert sorted(replies) == [0, 1, 2, 3]
+        serving = [thread.name for thread in threading.enumerate()
+                   if thread.name.startswith('sitl-')]
+        # No thread a vehicle handing frames to the world: one waits on every socket.
+        assert serving == ['sitl-fleet']
+        assert fleet.world.steps >= 50
+    finally:
+        fleet.close()
+
+
 def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):
     caplog.set_level(logging.INFO, logger='ardupilot_json_bridge.fleet')
     for _ in range(119):
