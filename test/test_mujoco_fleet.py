@@ -164,6 +164,36 @@ def test_one_thread_serves_every_sitl_of_a_fleet():
         fleet.close()
 
 
+def test_a_frame_the_world_fails_to_step_is_stepped_again_when_sitl_resends_it(
+        fleet, monkeypatch):
+    from ardupilot_json_bridge.sources import mujoco_fleet
+    for _ in range(10):
+        fleet.step({0: FULL, 1: FULL})
+    steps, advance = fleet.world.steps, mujoco_fleet.advance_together
+    failures = []
+
+    def fails_once(vehicles, duration):
+        if not failures:
+            failures.append(duration)
+            raise RuntimeError('a solver failure')
+        advance(vehicles, duration)
+
+    monkeypatch.setattr(mujoco_fleet, 'advance_together', fails_once)
+    for peer in fleet.peers:
+        peer.send(pwm=FULL)
+    # No reply to a frame not stepped (a reply from the state before would repeat the last).
+    assert all(peer.receive(timeout=0.3) is None for peer in fleet.peers)
+    assert fleet.world.steps == steps and failures
+    # SITL's resend (the same frame_count) is stepped and answered, once.
+    replies = fleet.step({0: FULL, 1: FULL})
+    assert fleet.world.steps == steps + 1 and sorted(replies) == [0, 1]
+    assert [link.stats.unanswered for link in fleet.links] == [1, 1]
+    assert all(peer.receive(timeout=0.2) is None for peer in fleet.peers)
+    # The fleet flies on.
+    fleet.step({0: FULL, 1: FULL})
+    assert fleet.world.steps == steps + 2
+
+
 def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):
     caplog.set_level(logging.INFO, logger='ardupilot_json_bridge.fleet')
     for _ in range(119):

@@ -27,7 +27,8 @@ MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
 # A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once,
-# or HELD: a fleet's world holds the frame, and release() answers it once the world stepped;
+# or HELD: a fleet's world holds the frame, and release() answers it once the world stepped
+# (or fail_held() leaves it to SITL's resend);
 # anything else it returns (a source's controls) is not the link's.
 FrameCallback = Callable[[ServoPacket], object]
 RestartCallback = Callable[[], None]
@@ -161,6 +162,11 @@ class SitlLink:
         self._peer: Optional[Address] = None
         self._peer_heard = 0.0
         self._held: Optional[HeldFrame] = None
+        # The frame release() answered, whose bookkeeping is still to run.
+        self._released: Optional[HeldFrame] = None
+        self._answered = False
+        # False where one thread serves many links (a fleet): no frame may wait for the state.
+        self.may_wait = True
 
     def announce(self) -> None:
         """Say where the link listens (once, when its serving starts)."""
@@ -212,21 +218,51 @@ class SitlLink:
         return self._held is not None
 
     @property
-    def socket(self) -> socket.socket:
+    def udp_socket(self) -> socket.socket:
         """The link's UDP socket, for a server that reads many links' in one thread."""
         return self._sock
 
     def release(self, instant: Optional[Instant]) -> None:
-        """Answer the frame held (HELD from on_frame) from instant; None: from the state."""
+        """
+        Answer the frame held (HELD from on_frame) from the engine's instant.
+
+        Its bookkeeping (after_reply) waits for bookkeep_released(), so that a fleet sends every
+        reply before any vehicle's bookkeeping. No instant (the step failed): fail_held().
+        """
+        held = self._held
+        if held is None:
+            return
+        if instant is None:
+            self.fail_held('the world gave no instant for it')
+            return
+        self._held = None
+        self._released = held
+        try:
+            self._answer_frame(held, instant)
+        except Exception as error:
+            self._released = None
+            self.warnings.error('release', f'{self._prefix}unexpected {error!r} answering frame '
+                                           f'{held.packet.frame_count}')
+            self.logger.debug('traceback of the error above', exc_info=True)
+
+    def bookkeep_released(self) -> None:
+        """Run the bookkeeping of the frame release() answered last."""
+        released, self._released = self._released, None
+        if released is not None:
+            self._bookkeep(released)
+
+    def fail_held(self, reason: str) -> None:
+        """
+        Leave the frame held unanswered: SITL sends it again (1.1 s), and it is stepped again.
+
+        As when on_frame fails: one reply a frame, never a reply from a state not stepped.
+        """
         held, self._held = self._held, None
         if held is None:
             return
-        try:
-            self._finish(held, instant)
-        except Exception as error:
-            self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} answering '
-                                              f'frame {held.packet.frame_count}')
-            self.logger.debug('traceback of the error above', exc_info=True)
+        self._failed_frame = held.packet.frame_count
+        self._unanswered(held.packet, f'{reason}; it is stepped again when SITL resends it',
+                         'held_failed', logging.ERROR)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -320,12 +356,15 @@ class SitlLink:
         if published is HELD:
             self._held = frame
             return
-        self._finish(frame, published)
+        self._answer_frame(frame, published)
+        self._bookkeep(frame)
 
-    def _finish(self, frame: HeldFrame, published: object) -> None:
-        """Answer a frame from what on_frame gave; then the source's bookkeeping, stepping ahead."""
-        packet = frame.packet
-        answered = self._serve(packet, frame.received, published)
+    def _answer_frame(self, frame: HeldFrame, published: object) -> None:
+        """Answer a frame from what on_frame gave (the engine's Instant, or the state)."""
+        self._answered = self._serve(frame.packet, frame.received, published)
+
+    def _bookkeep(self, frame: HeldFrame) -> None:
+        """After a new frame's reply: the source's bookkeeping, then stepping ahead."""
         if frame.retry:
             return
         if self.after_reply is not None:
@@ -334,8 +373,8 @@ class SitlLink:
             except Exception as error:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
-        if answered and self.step_ahead is not None:
-            self._step_ahead(packet, frame.data)
+        if self._answered and self.step_ahead is not None:
+            self._step_ahead(frame.packet, frame.data)
 
     def _fault(self, counter: str, count: int, message: str) -> None:
         """Count a fault of the wire or of SITL's session in LinkStats; say it, rate-limited."""
@@ -488,7 +527,8 @@ class SitlLink:
         return True
 
     def _reply(self, packet: ServoPacket, received: float) -> None:
-        timeout = max(0.0, received + self.settings.fresh_timeout - self._clock())
+        timeout = (max(0.0, received + self.settings.fresh_timeout - self._clock())
+                   if self.may_wait else 0.0)
         if self.state.grid:
             result = self._grid_instant(packet, timeout)
         else:

@@ -45,8 +45,8 @@ class FleetWorld:
 
     @property
     def holding(self) -> List[int]:
-        """Return the vehicles whose SITL the world waits for, in order."""
-        return sorted(list(self._active))
+        """Return the vehicles whose SITL the world waits for, in order (the serving thread's)."""
+        return sorted(self._active)
 
     def arrive(self, index: int, duration: float) -> None:
         """Vehicle index's SITL sent its frame, asking the world to step by duration."""
@@ -95,12 +95,16 @@ class FleetWorld:
             if index not in self._active:
                 # Resting: nothing drives it (rotors run down, servos hold zero).
                 vehicle.set_commands([0.0] * vehicle.actuator_count)
-        advance_together(self.vehicles, duration)
-        released = self._clock()
         stepped = sorted(self._arrived)
+        try:
+            advance_together(self.vehicles, duration)
+        finally:
+            # Stepped or failed, these frames are done with: a failure is not stepped again
+            # until their SITLs send them again.
+            self._arrived.clear()
+        released = self._clock()
         for index in stepped:
             self._heard[index] = released
-        self._arrived.clear()
         self.steps += 1
         return stepped
 

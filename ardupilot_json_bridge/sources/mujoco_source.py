@@ -28,7 +28,7 @@ from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.state import Instant, SensorState
 from ardupilot_json_bridge.link.session import frame_period
-from ardupilot_json_bridge.link.sitl_link import Held, HELD
+from ardupilot_json_bridge.link.sitl_link import HELD, Held
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     MujocoVehicle, VehicleError, VehicleState)
@@ -133,9 +133,11 @@ class MujocoLockStep:
                 self.logger.warning('cannot open the MuJoCo viewer (no display?): running '
                                     'headless')
 
-    def on_frame(self, packet: ServoPacket) -> Optional[Instant]:
+    def on_frame(self, packet: ServoPacket) -> Union[Instant, Held, None]:
         """
         Apply the frame's PWM, step one frame period; return the instant to answer with.
+
+        In a fleet, HELD: the world steps every vehicle at once, then held_instant() is read.
 
         The link answers the frame from that instant and pushes it to the state. Reply-first:
         step the frame before's PWM unless after_reply did, push it, keep this one's for after
