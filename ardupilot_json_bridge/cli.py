@@ -18,6 +18,7 @@ from ardupilot_json_bridge.config import (
 from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.core.wakeup import Wakeup
+from ardupilot_json_bridge.link.fleet_server import FleetServer
 from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
@@ -403,7 +404,9 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                       f'instance {settings.instance}'
                       + (f' (vehicle {index}, namespace {namespaces[index]})'
                          if count > 1 else ''))
-        return serve_all(links, stop, checks, fleet)
+        server = (FleetServer(links, fleet, [source.held_instant for source in sources])
+                  if fleet is not None else None)
+        return serve_all(links, stop, checks, server)
     finally:
         for link in links:
             link.stop()
@@ -414,9 +417,9 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def serve_all(links: List[SitlLink], stop: threading.Event,
-              checks: List[LiveConventions], fleet=None) -> int:
+              checks: List[LiveConventions], fleet: Optional[FleetServer] = None) -> int:
     """
-    Serve lock-step links (their sources run in the links' threads) until stop is set.
+    Serve lock-step links (a vehicle alone in its link's thread, a fleet in its server's).
 
     Meanwhile the GIL switch interval is short (restored after): Python's 5 ms would let
     the checks' judge hold SITL's reply back for frames.
@@ -424,7 +427,7 @@ def serve_all(links: List[SitlLink], stop: threading.Event,
     interval = sys.getswitchinterval()
     sys.setswitchinterval(LOCK_STEP_SWITCH_INTERVAL)
     try:
-        if len(links) == 1:
+        if fleet is None:
             return serve(links[0], NoSource(), stop, checks[0])
         return _serve_fleet(links, stop, checks, fleet)
     finally:
@@ -432,13 +435,13 @@ def serve_all(links: List[SitlLink], stop: threading.Event,
 
 
 def _serve_fleet(links: List[SitlLink], stop: threading.Event,
-                 checks: List[LiveConventions], fleet) -> int:
+                 checks: List[LiveConventions], fleet: FleetServer) -> int:
     """Serve a fleet's links until stop is set, then report each."""
-    for link, conventions in zip(links, checks):
-        link.start()
+    fleet.start()
+    for conventions in checks:
         conventions.start()
     stop.wait()
-    fleet.close()
+    fleet.stop()
     for link, conventions in zip(links, checks):
         link.stop()
         print(f'SITL instance {link.settings.instance}:')

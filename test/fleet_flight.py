@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ardupilot_json_bridge.cli import default_preset, load_config
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings
 from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.fleet_server import FleetServer
 from ardupilot_json_bridge.link.sitl_link import SitlLink
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
@@ -51,13 +52,15 @@ def fly_fleet(heights: Sequence[float], speedup: float, hold: float, first: int 
         vehicle.reset()
     fleet = FleetWorld(vehicles, config.link.hold_timeout, first_instance=first)
     links: List[SitlLink] = []
+    sources: List[MujocoLockStep] = []
     for index, vehicle in enumerate(vehicles):
         state = SensorState(StateSettings(pacing=SAMPLES))
-        source = MujocoLockStep(vehicle, state, config.outputs, world=fleet)
-        link = SitlLink(LinkSettings(instance=first + index), state, on_frame=source.on_frame,
-                        on_restart=source.on_restart, after_reply=source.after_reply)
-        link.start()
-        links.append(link)
+        sources.append(MujocoLockStep(vehicle, state, config.outputs, world=fleet))
+        links.append(SitlLink(LinkSettings(instance=first + index), state,
+                              on_frame=sources[-1].on_frame, on_restart=sources[-1].on_restart,
+                              after_reply=sources[-1].after_reply))
+    server = FleetServer(links, fleet, [source.held_instant for source in sources])
+    server.start()
     starts = [vehicle.state().position[2] for vehicle in vehicles]
     records: Dict[int, sitl_flight.FlightRecord] = {}
 
@@ -78,7 +81,7 @@ def fly_fleet(heights: Sequence[float], speedup: float, hold: float, first: int 
                 pilot.join(timeout * 1.7)
             logs = [sitl.log()[-LOG_TAIL:] for sitl in sitls]
     finally:
-        fleet.close()
+        server.stop()
         for link in links:
             link.stop()
     return FleetFlight([records.get(k) for k in range(count)], logs,

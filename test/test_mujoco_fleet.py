@@ -19,6 +19,7 @@ from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.settings import (  # noqa: E402
     LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.fleet_server import FleetServer  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
@@ -50,6 +51,7 @@ class Fleet:
         self.world = FleetWorld(self.vehicles, HOLD_TIMEOUT)
         self.links: List[SitlLink] = []
         self.peers: List[SitlPeer] = []
+        sources = []
         for vehicle in self.vehicles:
             state = SensorState(StateSettings(pacing=SAMPLES))
             source = MujocoLockStep(vehicle, state, config.outputs, world=self.world,
@@ -57,9 +59,12 @@ class Fleet:
             link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=5.0), state,
                             on_frame=source.on_frame, on_restart=source.on_restart,
                             after_reply=source.after_reply)
-            link.start()
+            sources.append(source)
             self.links.append(link)
             self.peers.append(SitlPeer(link.address[1]))
+        self.server = FleetServer(self.links, self.world,
+                                  [source.held_instant for source in sources])
+        self.server.start()
         if count == 2:
             self.peers[0].step(pwm=IDLE)
             self.join(1, IDLE)
@@ -103,7 +108,7 @@ class Fleet:
         return replies
 
     def close(self) -> None:
-        self.world.close()
+        self.server.stop()
         for link, peer in zip(self.links, self.peers):
             peer.close()
             link.stop()
@@ -142,6 +147,51 @@ def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
     for index in range(2):
         assert replies[index]['timestamp'] - first[index]['timestamp'] == pytest.approx(
             599 / 1200, abs=1e-9)
+
+
+def test_one_thread_serves_every_sitl_of_a_fleet():
+    fleet = Fleet(4)
+    try:
+        for _ in range(50):
+            replies = fleet.step({k: IDLE for k in range(4)})
+        assert sorted(replies) == [0, 1, 2, 3]
+        serving = [thread.name for thread in threading.enumerate()
+                   if thread.name.startswith('sitl-')]
+        # No thread a vehicle handing frames to the world: one waits on every socket.
+        assert serving == ['sitl-fleet']
+        assert fleet.world.steps >= 50
+    finally:
+        fleet.close()
+
+
+def test_a_frame_the_world_fails_to_step_is_stepped_again_when_sitl_resends_it(
+        fleet, monkeypatch):
+    from ardupilot_json_bridge.sources import mujoco_fleet
+    for _ in range(10):
+        fleet.step({0: FULL, 1: FULL})
+    steps, advance = fleet.world.steps, mujoco_fleet.advance_together
+    failures = []
+
+    def fails_once(vehicles, duration):
+        if not failures:
+            failures.append(duration)
+            raise RuntimeError('a solver failure')
+        advance(vehicles, duration)
+
+    monkeypatch.setattr(mujoco_fleet, 'advance_together', fails_once)
+    for peer in fleet.peers:
+        peer.send(pwm=FULL)
+    # No reply to a frame not stepped (a reply from the state before would repeat the last).
+    assert all(peer.receive(timeout=0.3) is None for peer in fleet.peers)
+    assert fleet.world.steps == steps and failures
+    # SITL's resend (the same frame_count) is stepped and answered, once.
+    replies = fleet.step({0: FULL, 1: FULL})
+    assert fleet.world.steps == steps + 1 and sorted(replies) == [0, 1]
+    assert [link.stats.unanswered for link in fleet.links] == [1, 1]
+    assert all(peer.receive(timeout=0.2) is None for peer in fleet.peers)
+    # The fleet flies on.
+    fleet.step({0: FULL, 1: FULL})
+    assert fleet.world.steps == steps + 2
 
 
 def test_a_silent_sitl_stops_holding_the_others_and_rests(fleet, caplog):

@@ -34,6 +34,11 @@ MAX_STEP = 2     # frames one reply may advance while SITL catches up with its s
 PASS_OVER = 4    # backlogs (max_backlog) beyond which physics is passed over instead
 
 
+def frame_period(frame_rate: int) -> float:
+    """Return the seconds of physics a frame at frame_rate asks (SITL's default where 0)."""
+    return 1.0 / (frame_rate or DEFAULT_FRAME_RATE)
+
+
 class FrameKind(enum.Enum):
     """How a servo packet relates to the ones before it in this session."""
 

@@ -26,7 +26,9 @@ from ardupilot_json_bridge.link.session import FrameGrid, FrameKind, MAX_STEP, S
 MAX_DATAGRAM = 65536
 
 Address = Tuple[str, int]
-# A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once;
+# A lock-step engine's on_frame may return the Instant it stepped to, to be answered at once,
+# or HELD: a fleet's world holds the frame, and release() answers it once the world stepped
+# (or fail_held() leaves it to SITL's resend);
 # anything else it returns (a source's controls) is not the link's.
 FrameCallback = Callable[[ServoPacket], object]
 RestartCallback = Callable[[], None]
@@ -52,6 +54,25 @@ def falling_behind(grid: FrameGrid, backlog: float, passed: int, max_backlog: fl
             "SITL's clock still stepping one frame at a time; it now runs "
             f'{grid.passed_over:.2f} s behind the simulator. SITL and the bridge cannot keep '
             f'up: {WHAT_TO_CHANGE}')
+
+
+class Held:
+    """What on_frame returns for a frame a fleet's world holds (the one instance HELD)."""
+
+    def __repr__(self) -> str:
+        return 'HELD'
+
+
+HELD = Held()
+
+
+class HeldFrame(NamedTuple):
+    """A frame whose reply waits for the fleet's world to step (SitlLink.release)."""
+
+    packet: ServoPacket
+    data: bytes
+    received: float
+    retry: bool         # SITL sent it again after its on_frame failed
 
 
 class ReplyAhead(NamedTuple):
@@ -140,11 +161,21 @@ class SitlLink:
         self._thread: Optional[threading.Thread] = None
         self._peer: Optional[Address] = None
         self._peer_heard = 0.0
+        self._held: Optional[HeldFrame] = None
+        # The frame release() answered, whose bookkeeping is still to run.
+        self._released: Optional[HeldFrame] = None
+        self._answered = False
+        # False where one thread serves many links (a fleet): no frame may wait for the state.
+        self.may_wait = True
+
+    def announce(self) -> None:
+        """Say where the link listens (once, when its serving starts)."""
+        self.logger.info(f'{self._prefix}listening on UDP {self.address[0]}:{self.address[1]} '
+                         f'for ArduPilot SITL (--model JSON:<this host>)')
 
     def start(self) -> None:
         """Serve in a daemon thread until stop()."""
-        self.logger.info(f'{self._prefix}listening on UDP {self.address[0]}:{self.address[1]} '
-                         f'for ArduPilot SITL (--model JSON:<this host>)')
+        self.announce()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f'sitl-link-{self.settings.instance}')
         self._thread.start()
@@ -181,24 +212,79 @@ class SitlLink:
     def peer(self) -> Optional[Address]:
         return self._peer
 
+    @property
+    def held(self) -> bool:
+        """Whether a frame waits for release(): read no datagram meanwhile, as SITL sends none."""
+        return self._held is not None
+
+    @property
+    def udp_socket(self) -> socket.socket:
+        """The link's UDP socket, for a server that reads many links' in one thread."""
+        return self._sock
+
+    def release(self, instant: Optional[Instant]) -> None:
+        """
+        Answer the frame held (HELD from on_frame) from the engine's instant.
+
+        Its bookkeeping (after_reply) waits for bookkeep_released(), so that a fleet sends every
+        reply before any vehicle's bookkeeping. No instant (the step failed): fail_held().
+        """
+        held = self._held
+        if held is None:
+            return
+        if instant is None:
+            self.fail_held('the world gave no instant for it')
+            return
+        self._held = None
+        self._released = held
+        try:
+            self._answer_frame(held, instant)
+        except Exception as error:
+            self._released = None
+            self.warnings.error('release', f'{self._prefix}unexpected {error!r} answering frame '
+                                           f'{held.packet.frame_count}')
+            self.logger.debug('traceback of the error above', exc_info=True)
+
+    def bookkeep_released(self) -> None:
+        """Run the bookkeeping of the frame release() answered last."""
+        released, self._released = self._released, None
+        if released is not None:
+            self._bookkeep(released)
+
+    def fail_held(self, reason: str) -> None:
+        """
+        Leave the frame held unanswered: SITL sends it again (1.1 s), and it is stepped again.
+
+        As when on_frame fails: one reply a frame, never a reply from a state not stepped.
+        """
+        held, self._held = self._held, None
+        if held is None:
+            return
+        self._failed_frame = held.packet.frame_count
+        self._unanswered(held.packet, f'{reason}; it is stepped again when SITL resends it',
+                         'held_failed', logging.ERROR)
+
     def _run(self) -> None:
-        while True:
-            try:
-                data, sender = self._sock.recvfrom(MAX_DATAGRAM)
-            except OSError as error:
-                if self._stopping.is_set():
-                    return
+        while not self._stopping.is_set():
+            self.receive_one()
+
+    def receive_one(self) -> None:
+        """Read one datagram from the socket and handle it; a failure is said, not raised."""
+        try:
+            data, sender = self._sock.recvfrom(MAX_DATAGRAM)
+        except OSError as error:
+            if not self._stopping.is_set():
                 self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
-                continue
-            if self._stopping.is_set():
-                return
-            try:
-                self.handle_datagram(data, sender[:2])
-            except Exception as error:
-                self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
-                                                  f'handling a datagram from {sender[0]}:'
-                                                  f'{sender[1]}; the link carries on')
-                self.logger.debug('traceback of the error above', exc_info=True)
+            return
+        if self._stopping.is_set():
+            return
+        try:
+            self.handle_datagram(data, sender[:2])
+        except Exception as error:
+            self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
+                                              f'handling a datagram from {sender[0]}:'
+                                              f'{sender[1]}; the link carries on')
+            self.logger.debug('traceback of the error above', exc_info=True)
 
     def handle_datagram(self, data: bytes, sender: Address) -> None:
         """Process one datagram as the link thread does (public for tests and tools)."""
@@ -258,21 +344,37 @@ class SitlLink:
         if verdict.lost:
             self._fault('lost', verdict.lost, f'{verdict.lost} SITL frame(s) never reached the '
                                               f'bridge before frame {packet.frame_count}')
-        if verdict.kind is FrameKind.RETRY:
+        retry = verdict.kind is FrameKind.RETRY
+        if retry:
             # A lock-step engine steps the frame it failed again.
-            self._serve(packet, received, self._publish(packet)
-                        if self._failed_frame == packet.frame_count else None)
+            published = (self._publish(packet) if self._failed_frame == packet.frame_count
+                         else None)
+        else:
+            stats.new_frames += 1
+            published = self._publish(packet)
+        frame = HeldFrame(packet, data, received, retry)
+        if published is HELD:
+            self._held = frame
             return
-        stats.new_frames += 1
-        answered = self._serve(packet, received, self._publish(packet))
+        self._answer_frame(frame, published)
+        self._bookkeep(frame)
+
+    def _answer_frame(self, frame: HeldFrame, published: object) -> None:
+        """Answer a frame from what on_frame gave (the engine's Instant, or the state)."""
+        self._answered = self._serve(frame.packet, frame.received, published)
+
+    def _bookkeep(self, frame: HeldFrame) -> None:
+        """After a new frame's reply: the source's bookkeeping, then stepping ahead."""
+        if frame.retry:
+            return
         if self.after_reply is not None:
             try:
                 self.after_reply()
             except Exception as error:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
-        if answered and self.step_ahead is not None:
-            self._step_ahead(packet, data)
+        if self._answered and self.step_ahead is not None:
+            self._step_ahead(frame.packet, frame.data)
 
     def _fault(self, counter: str, count: int, message: str) -> None:
         """Count a fault of the wire or of SITL's session in LinkStats; say it, rate-limited."""
@@ -425,7 +527,8 @@ class SitlLink:
         return True
 
     def _reply(self, packet: ServoPacket, received: float) -> None:
-        timeout = max(0.0, received + self.settings.fresh_timeout - self._clock())
+        timeout = (max(0.0, received + self.settings.fresh_timeout - self._clock())
+                   if self.may_wait else 0.0)
         if self.state.grid:
             result = self._grid_instant(packet, timeout)
         else:

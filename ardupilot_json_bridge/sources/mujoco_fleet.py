@@ -1,8 +1,9 @@
 """
 A fleet in one MuJoCo world, in lock-step with one SITL per vehicle.
 
-Each vehicle's link thread hands in its frame and waits; the world advances once every
-connected SITL has sent its next one, as ardupilot_gazebo's plugins hold Gazebo's step. It
+One thread serves every vehicle's SITL (link/fleet_server.py): each frame's PWM is applied as
+it arrives and its reply held; the world advances once every connected SITL has sent its next
+one, as ardupilot_gazebo's plugins hold Gazebo's step, and each held frame is answered. It
 steps by the shortest period the frames ask (the fastest SITL's rate): no SITL's frame is
 stepped further than it asked, every SITL sees the same step whatever order its frames arrive
 in, and SITL adopts the rate its timestamps show (SIM_JSON.cpp sets it from each step), so the
@@ -14,7 +15,6 @@ the resend would be a second reply to the frame, read as the next one's.
 """
 
 import logging
-import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
@@ -33,44 +33,47 @@ class FleetWorld:
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.fleet')
         self.steps = 0
         self._clock = clock
-        self._condition = threading.Condition()
         self._active: Set[int] = set()
         # The vehicles whose frame is in, and the period each asked.
         self._arrived: Dict[int, float] = {}
         # When each vehicle's SITL last had the world's attention: its frame came, or the world
         # answered it (a SITL held cannot send, so its silence counts from its release).
         self._heard: Dict[int, float] = {}
-        self._closed = False
 
     def _name(self, index: int) -> str:
         return f'vehicle {index} (SITL instance {self.first_instance + index})'
 
     @property
     def holding(self) -> List[int]:
-        """Return the vehicles whose SITL the world waits for, in order."""
-        with self._condition:
-            return sorted(self._active)
+        """Return the vehicles whose SITL the world waits for, in order (the serving thread's)."""
+        return sorted(self._active)
 
-    def step(self, index: int, duration: float) -> None:
-        """Vehicle index's SITL sent its frame: wait until the world stepped by duration."""
-        with self._condition:
-            now = self._clock()
-            self._heard[index] = now
-            if index not in self._active:
-                self._active.add(index)
-                self.logger.info(f'{self._name(index)}: its SITL holds the world again'
-                                 if self.steps else f'{self._name(index)}: its SITL holds '
-                                 'the world')
-            self._arrived[index] = duration
-            generation = self.steps
-            while self.steps == generation and not self._closed:
-                waiting = self._drop_silent(now)
-                if not waiting:
-                    self._advance()
-                    return
-                wait = min(self._heard[other] for other in waiting) + self.hold_timeout - now
-                self._condition.wait(max(wait, 1e-3))
-                now = self._clock()
+    def arrive(self, index: int, duration: float) -> None:
+        """Vehicle index's SITL sent its frame, asking the world to step by duration."""
+        self._heard[index] = self._clock()
+        if index not in self._active:
+            self._active.add(index)
+            self.logger.info(f'{self._name(index)}: its SITL holds the world again'
+                             if self.steps else f'{self._name(index)}: its SITL holds the world')
+        self._arrived[index] = duration
+
+    def wait_time(self) -> Optional[float]:
+        """Return how long to wait for frames before a silent SITL is let go (None: no limit)."""
+        waiting = self._active - self._arrived.keys()
+        if not self._arrived or not waiting:
+            return None if not self._arrived else 0.0
+        due = min(self._heard[other] for other in waiting) + self.hold_timeout
+        return max(0.0, due - self._clock())
+
+    def advance(self) -> List[int]:
+        """
+        Step the world if every connected SITL's frame is in, after letting the silent go.
+
+        Returns the vehicles whose frames the step answers (none: still waiting).
+        """
+        if not self._arrived or self._drop_silent(self._clock()):
+            return []
+        return self._advance()
 
     def _drop_silent(self, now: float) -> Set[int]:
         """Return the connected vehicles not in yet, after letting the silent ones go."""
@@ -85,28 +88,26 @@ class FleetWorld:
                     'and the vehicle rests until its SITL sends again')
         return self._active - self._arrived.keys()
 
-    def _advance(self) -> None:
+    def _advance(self) -> List[int]:
         """Step the world by the shortest period asked; the SITLs answered are heard now."""
         duration = min(self._arrived.values())
         for index, vehicle in enumerate(self.vehicles):
             if index not in self._active:
                 # Resting: nothing drives it (rotors run down, servos hold zero).
                 vehicle.set_commands([0.0] * vehicle.actuator_count)
-        advance_together(self.vehicles, duration)
+        stepped = sorted(self._arrived)
+        try:
+            advance_together(self.vehicles, duration)
+        finally:
+            # Stepped or failed, these frames are done with: a failure is not stepped again
+            # until their SITLs send them again.
+            self._arrived.clear()
         released = self._clock()
-        for index in self._arrived:
+        for index in stepped:
             self._heard[index] = released
-        self._arrived.clear()
         self.steps += 1
-        self._condition.notify_all()
+        return stepped
 
     def reset(self, index: int) -> None:
         """Vehicle index's SITL restarted: that vehicle back at its start, the others fly on."""
-        with self._condition:
-            self.vehicles[index].reset()
-
-    def close(self) -> None:
-        """Release every waiting link thread (shutdown)."""
-        with self._condition:
-            self._closed = True
-            self._condition.notify_all()
+        self.vehicles[index].reset()

@@ -27,7 +27,8 @@ from ardupilot_json_bridge.core.frames import enu_to_ned, flu_to_frd, ros_to_ned
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.state import Instant, SensorState
-from ardupilot_json_bridge.link.session import DEFAULT_FRAME_RATE
+from ardupilot_json_bridge.link.session import frame_period
+from ardupilot_json_bridge.link.sitl_link import HELD, Held
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     MujocoVehicle, VehicleError, VehicleState)
@@ -122,6 +123,8 @@ class MujocoLockStep:
         self.went_back = 0
         self.repeats = 1.0
         self._pending: Optional[Tuple[VehicleState, Tuple[int, ...], List[float]]] = None
+        # A fleet's frame whose PWM is applied, waiting for the world to step (held_instant).
+        self._held: Optional[Tuple[ServoPacket, List[float]]] = None
         self._viewer = None
         self._viewer_synced = 0.0
         if viewer:
@@ -130,9 +133,11 @@ class MujocoLockStep:
                 self.logger.warning('cannot open the MuJoCo viewer (no display?): running '
                                     'headless')
 
-    def on_frame(self, packet: ServoPacket) -> Optional[Instant]:
+    def on_frame(self, packet: ServoPacket) -> Union[Instant, Held, None]:
         """
         Apply the frame's PWM, step one frame period; return the instant to answer with.
+
+        In a fleet, HELD: the world steps every vehicle at once, then held_instant() is read.
 
         The link answers the frame from that instant and pushes it to the state. Reply-first:
         step the frame before's PWM unless after_reply did, push it, keep this one's for after
@@ -166,9 +171,26 @@ class MujocoLockStep:
                 return ahead.instant
             self.vehicle.go_back()
             self.went_back += 1
+        if self.world is not None:
+            return self._hold(packet)
         instant = frame_instant(self._step(packet))
         self.frames += 1
         return instant
+
+    def _hold(self, packet: ServoPacket) -> Held:
+        """Apply packet's PWM and hand the frame to the fleet's world, which steps all at once."""
+        self._held = (packet, self._apply(packet))
+        self.world.arrive(self.vehicle.index, frame_period(packet.frame_rate))
+        return HELD
+
+    def held_instant(self) -> Optional[Instant]:
+        """Return the instant the frame held answers with, once the world has stepped."""
+        if self._held is None:
+            return None
+        (packet, commands), self._held = self._held, None
+        self._stepped = (packet, commands)
+        self.frames += 1
+        return frame_instant(self._read(packet.pwm, commands))
 
     def step_ahead(self, packet: ServoPacket) -> Optional[Instant]:
         """
@@ -185,7 +207,7 @@ class MujocoLockStep:
                 or self.repeats < MIN_REPEATS or self.reply_first or self.world is not None
                 or self._viewer is not None):
             return None
-        self.vehicle.step_ahead(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+        self.vehicle.step_ahead(frame_period(packet.frame_rate))
         reading = self.vehicle.state()
         instant = frame_instant(reading)
         self._ahead = SteppedAhead(reading, instant)
@@ -208,21 +230,22 @@ class MujocoLockStep:
         """
         newest = self.state.newest_primary()
         if newest is not None and self.vehicle.time <= newest:
-            self.vehicle.advance(1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE))
+            self.vehicle.advance(frame_period(packet.frame_rate))
         # No PWM of this session's frames produced the state (recorded with an empty PWM).
         self.push((), list(self.vehicle.commands))
         self._primed = True
 
-    def _step(self, packet: ServoPacket) -> VehicleState:
-        """Apply packet's PWM, step one frame period; return (and keep) what the sensors read."""
+    def _apply(self, packet: ServoPacket) -> List[float]:
+        """Set the vehicle's commands from packet's PWM; return them."""
         self._stepped = None
         commands = self.mapper.commands(packet.pwm)
         self.vehicle.set_commands(commands)
-        duration = 1.0 / (packet.frame_rate or DEFAULT_FRAME_RATE)
-        if self.world is None:
-            self.vehicle.advance(duration)
-        else:
-            self.world.step(self.vehicle.index, duration)
+        return commands
+
+    def _step(self, packet: ServoPacket) -> VehicleState:
+        """Apply packet's PWM, step one frame period; return (and keep) what the sensors read."""
+        commands = self._apply(packet)
+        self.vehicle.advance(frame_period(packet.frame_rate))
         self._stepped = (packet, commands)
         return self._read(packet.pwm, commands)
 
