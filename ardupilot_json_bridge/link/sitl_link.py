@@ -219,7 +219,7 @@ class SitlLink:
 
     @property
     def udp_socket(self) -> socket.socket:
-        """The link's UDP socket, for a server that reads many links' in one thread."""
+        """Return the UDP socket, for a server that reads many links' in one thread."""
         return self._sock
 
     def release(self, instant: Optional[Instant]) -> None:
