@@ -4,12 +4,12 @@ N quad X in one Gazebo Harmonic world: ros2 launch ardupilot_json_bridge gazebo_
 count:=2 (the default) copies config/worlds/quad_x.sdf's quad into one world, vehicle k
 (k = first_instance ...) named <namespace_prefix><k>, 3 m north of the one before, with topics
 of its own (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); one ros_gz_bridge bridges
-/clock and those, and fleet.launch.py starts a bridge node in each namespace serving SITL
-instance k: sim_vehicle.py -v ArduCopter -f quad -I k --model JSON:127.0.0.1
---add-param-file=<share>/config/quad_x.parm. The world and the bridge configuration are written
-to a temporary folder when the launch runs, removed when it ends. Gazebo runs free
-(server_only, real_time_factor as in gazebo.launch.py); there is no lock-step for a fleet (one
-world, several steppers).
+/clock and those to where params_file's bridges read and write them, and fleet.launch.py
+starts a bridge node in each namespace serving SITL instance k: sim_vehicle.py -v ArduCopter
+-f quad -I k --model JSON:127.0.0.1 --add-param-file=<share>/config/quad_x.parm. The world
+and the bridge configuration are written to a temporary folder when the launch runs, removed
+when it ends. Gazebo runs free (server_only, real_time_factor as in gazebo.launch.py); there
+is no lock-step for a fleet (one world, several steppers).
 """
 
 import os
@@ -36,19 +36,21 @@ def _gazebo(context, *args, **kwargs) -> list:
     def argument(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
+    # What needs no file is checked before the folder exists; an error after mkdtemp (world,
+    # model, params_file, real_time_factor) removes it.
     vehicles = fleet(argument('count'), argument('namespace_prefix'), argument('first_instance'))
+    server_only = parse_bool('server_only', argument('server_only'))
     folder = tempfile.mkdtemp(prefix='ardupilot_json_bridge_gazebo_fleet_')
     removal = RegisterEventHandler(OnShutdown(
         on_shutdown=lambda event, context: shutil.rmtree(folder, ignore_errors=True)))
     try:
         world, bridge_config = write_gazebo_fleet(
             argument('world'), argument('model'), [vehicle.namespace for vehicle in vehicles],
-            folder)
+            argument('params_file'), folder)
+        gz_args = gazebo_arguments(world, server_only, argument('real_time_factor'))
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    gz_args = gazebo_arguments(world, parse_bool('server_only', argument('server_only')),
-                               argument('real_time_factor'))
     gazebo = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(PathJoinSubstitution(
             [FindPackageShare('ros_gz_sim'), 'launch', 'gz_sim.launch.py'])),
@@ -71,7 +73,8 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument('count', default_value='2', description='Number of vehicles'),
         DeclareLaunchArgument('namespace_prefix', default_value='vehicle',
-                              description='Namespaces (and model names) are <prefix><instance>'),
+                              description='Namespaces are <prefix><instance>, model names '
+                                          'the same with / as _'),
         DeclareLaunchArgument('first_instance', default_value='0',
                               description='SITL instance of the first vehicle'),
         DeclareLaunchArgument('world',
@@ -81,7 +84,8 @@ def generate_launch_description() -> LaunchDescription:
                               description="The world's vehicle model, whose name scopes its "
                                           'topics'),
         DeclareLaunchArgument('params_file', default_value=os.path.join(config, 'quad_x.yaml'),
-                              description='Bridge parameters shared by all vehicles'),
+                              description='Bridge parameters shared by all vehicles; the '
+                                          'ROS side of the bridged topics follows them'),
         DeclareLaunchArgument('server_only', default_value='false',
                               description=SERVER_ONLY_HELP),
         DeclareLaunchArgument('real_time_factor', default_value='',

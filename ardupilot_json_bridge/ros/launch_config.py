@@ -11,8 +11,12 @@ import re
 import shlex
 from typing import Any, Dict, List, Tuple, Union
 
-from ardupilot_json_bridge.config import check_number, ConfigError, RATE_LIMITS
+from ardupilot_json_bridge.config import (
+    BridgeConfig, check_number, config_from_parameters, ConfigError, load_parameters_file,
+    NODE_NAME, one_line, RATE_LIMITS)
+from ardupilot_json_bridge.core.pwm import ActuatorField, OutputKind
 from ardupilot_json_bridge.core.settings import MAX_FLEET, MAX_INSTANCE, sitl_port
+from ardupilot_json_bridge.sources.replay import resolve_topic
 
 NAMESPACE = re.compile(r'^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$')
 # Slower than real time only: SITL paces itself to the wall clock unless given --speedup.
@@ -266,38 +270,118 @@ def parse_gazebo_sim_control(value: str) -> bool:
 FLEET_SPACING = 3.0
 
 
-def gazebo_bridge_topics(namespaces: List[str]) -> List[Dict[str, str]]:
+def gazebo_preset(params_file: str, namespace: str) -> BridgeConfig:
+    """
+    Return the bridge configuration params_file gives the bridge in namespace, if it can fly.
+
+    The Gazebo fleet's model (config/worlds/quad_x.sdf's quad) publishes an IMU and odometry
+    and takes its motors' speeds as gz.msgs.Actuators velocity: the file needs one output group
+    of type actuators, field velocity, or its bridge would command nothing (one launch error).
+    """
+    try:
+        preset = config_from_parameters(load_parameters_file(
+            check_params_file(params_file), NODE_NAME, namespace) if params_file else {})
+    except ConfigError as error:
+        raise LaunchArgumentError(f'params_file: {one_line(error)}') from None
+    groups = [f'{g.name} ({g.kind.value}, {g.field.value})' for g in preset.outputs]
+    if len(groups) != 1 or preset.outputs[0].kind is not OutputKind.ACTUATORS or \
+            preset.outputs[0].field is not ActuatorField.VELOCITY:
+        raise LaunchArgumentError(
+            f'params_file: {params_file or "(none)"!r} gives the bridge in {namespace} output '
+            f'groups [{", ".join(groups)}]; the Gazebo fleet\'s motors take one group of type '
+            'actuators, field velocity')
+    return preset
+
+
+def gazebo_bridge_topics(namespaces: List[str], params_file: str) -> List[Dict[str, str]]:
     """
     Return ros_gz_bridge's configuration for vehicles in namespaces: one /clock, their topics.
 
     Each vehicle's Gazebo topics are those of config/worlds/quad_x.sdf's quad under its
-    namespace (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); the ROS side is where the
-    bridge with config/quad_x.yaml reads and writes them in that namespace.
+    namespace (/<ns>/imu, /<ns>/odometry, /<ns>/command/motor_speed); the ROS side is where
+    the bridge with params_file reads and writes them in that namespace (gazebo_preset).
     """
     entries = [{'ros_topic_name': '/clock', 'gz_topic_name': '/clock',
                 'ros_type_name': 'rosgraph_msgs/msg/Clock', 'gz_type_name': 'gz.msgs.Clock',
                 'direction': 'GZ_TO_ROS'}]
     for namespace in namespaces:
+        preset = gazebo_preset(params_file, namespace)
+        if preset.inputs.imu_topic:
+            entries.append(
+                {'ros_topic_name': resolve_topic(namespace, preset.inputs.imu_topic),
+                 'gz_topic_name': f'/{namespace}/imu', 'ros_type_name': 'sensor_msgs/msg/Imu',
+                 'gz_type_name': 'gz.msgs.IMU', 'direction': 'GZ_TO_ROS'})
         entries += [
-            {'ros_topic_name': f'/{namespace}/imu', 'gz_topic_name': f'/{namespace}/imu',
-             'ros_type_name': 'sensor_msgs/msg/Imu', 'gz_type_name': 'gz.msgs.IMU',
-             'direction': 'GZ_TO_ROS'},
-            {'ros_topic_name': f'/{namespace}/odom', 'gz_topic_name': f'/{namespace}/odometry',
-             'ros_type_name': 'nav_msgs/msg/Odometry', 'gz_type_name': 'gz.msgs.Odometry',
-             'direction': 'GZ_TO_ROS'},
-            {'ros_topic_name': f'/{namespace}/command/motor_speed',
+            {'ros_topic_name': resolve_topic(namespace, preset.inputs.odom_topic),
+             'gz_topic_name': f'/{namespace}/odometry', 'ros_type_name': 'nav_msgs/msg/Odometry',
+             'gz_type_name': 'gz.msgs.Odometry', 'direction': 'GZ_TO_ROS'},
+            {'ros_topic_name': resolve_topic(namespace, preset.outputs[0].topic),
              'gz_topic_name': f'/{namespace}/command/motor_speed',
              'ros_type_name': 'actuator_msgs/msg/Actuators', 'gz_type_name': 'gz.msgs.Actuators',
              'direction': 'ROS_TO_GZ'}]
+    names = [entry['ros_topic_name'] for entry in entries]
+    shared = sorted({name for name in names if names.count(name) > 1})
+    if shared:
+        raise LaunchArgumentError(f'params_file: {shared[0]} would carry the topics of more '
+                                  'than one vehicle (or two of one); name topics relative to '
+                                  'the namespace')
     return entries
 
 
-def _rescoped(text: str, old: str, new: str) -> str:
-    """Return text with the scope old (a name, /old/..., old/...) put under new instead."""
+def _rescoped(text: str, old: str, new: str, name: str) -> str:
+    """
+    Return text with the scope old put under new instead, and /model/old/... under name.
+
+    Scopes: the whole text old, a start /old/ or old/, and a path part model/old (Gazebo's
+    /model/<model name>/... topics), which becomes model/name (the copy's model name).
+    """
     for before, after in ((old, new), (f'/{old}/', f'/{new}/'), (f'{old}/', f'{new}/')):
         if text == before or (before.endswith('/') and text.startswith(before)):
-            return after + text[len(before):]
-    return text
+            text = after + text[len(before):]
+            break
+    return re.sub(rf'(^|/)model/{re.escape(old)}(?=/|$)', rf'\g<1>model/{name}', text)
+
+
+# What can name a model from outside it: attributes (SDF 1.8+ frames and poses) and the text
+# of a world-level joint's parent and child.
+MODEL_REFERENCES = ('attached_to', 'relative_to')
+MODEL_REFERENCE_TAGS = ('parent', 'child')
+
+
+def _check_no_reference(template: str, world: Any, model: str) -> None:
+    """Refuse (one line naming the element) a world element that refers to the model."""
+    def refers(value: str) -> bool:
+        return value.strip() == model or value.strip().startswith(f'{model}::')
+
+    for part in world:
+        for element in part.iter():
+            names = [f'{key}="{element.get(key)}"' for key in MODEL_REFERENCES
+                     if refers(element.get(key, ''))]
+            if element.tag in MODEL_REFERENCE_TAGS and refers(element.text or ''):
+                names.append(f'text {element.text.strip()!r}')
+            if not names:
+                continue
+            where = '' if element is part else f' in <{part.tag} name="{part.get("name")}">'
+            shown = f'<{element.tag} name="{element.get("name")}">' if element.get('name') \
+                else f'<{element.tag}>'
+            raise LaunchArgumentError(
+                f'world: {template!r}: {shown} {names[0]}{where} outside the model {model!r} '
+                'refers to it, but the fleet replaces it by one copy per vehicle')
+
+
+def _shifted_pose(template: str, text: str, north: float) -> str:
+    """Return SDF pose text with y moved north metres; the other values' text as it was."""
+    values = text.split() or ['0'] * 6
+    try:
+        numbers = [float(value) for value in values]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (6, 7):
+        raise LaunchArgumentError(f'world: {template!r}: <pose> {text!r} of the model is '
+                                  'not 6 (or 7) numbers')
+    if north:
+        values[1] = repr(numbers[1] + north)
+    return ' '.join(values)
 
 
 def fleet_world(template: str, model: str, namespaces: List[str],
@@ -306,51 +390,60 @@ def fleet_world(template: str, model: str, namespaces: List[str],
     Return an SDF world of template's world with its model `model` once per namespace.
 
     Copy k is named after namespaces[k] (a '/' becomes '_'), stands spacing x k metres north
-    of the template model's pose, and every name the template scopes by the model's name
-    (topics /quad/imu, /quad/odometry, the motors' robotNamespace quad, frames quad/odom) is
-    scoped by namespaces[k] instead: each copy's sensors and motors are its own.
+    of the template model's pose (its y moved, the rest as written), and every text in it
+    scoped by the model's name (the whole text, a start /quad/ or quad/: topics /quad/imu, the
+    motors' robotNamespace quad, frames quad/odom) is scoped by namespaces[k] instead, and
+    model/quad in a path (/model/quad/odometry) by the copy's name: each copy's sensors and
+    motors are its own. Names inside other texts are left as they are; an element outside
+    the model that refers to it (attached_to, relative_to, a joint's parent or child) is a
+    launch error.
     """
     import copy
     import xml.etree.ElementTree as ElementTree
     root = _world_root(template, 'a Gazebo fleet')
     world = root.find('./world')
-    vehicle = None if world is None else world.find(f"./model[@name='{model}']")
-    if vehicle is None:
+    vehicles = [] if world is None else \
+        [element for element in world.findall('./model') if element.get('name') == model]
+    if not vehicles:
         raise LaunchArgumentError(f'world: {template!r} has no <model name="{model}"> in its '
                                   'world to make the fleet of')
-    pose = [float(value) for value in (vehicle.findtext('pose') or '0 0 0 0 0 0').split()]
+    vehicle = vehicles[0]
     place = list(world).index(vehicle)
     world.remove(vehicle)
+    _check_no_reference(template, world, model)
+    pose = vehicle.find('pose')
+    pose_text = '' if pose is None else (pose.text or '')
     for index, namespace in enumerate(namespaces):
         each = copy.deepcopy(vehicle)
-        each.set('name', namespace.replace('/', '_'))
+        name = namespace.replace('/', '_')
+        each.set('name', name)
         for element in each.iter():
             text = (element.text or '').strip()
-            if text and _rescoped(text, model, namespace) != text:
-                element.text = _rescoped(text, model, namespace)
-        here = list(pose)
-        here[1] += spacing * index
+            if text and _rescoped(text, model, namespace, name) != text:
+                element.text = _rescoped(text, model, namespace, name)
         element = each.find('pose')
         if element is None:
             element = ElementTree.SubElement(each, 'pose')
-        element.text = ' '.join(f'{value:g}' for value in here)
+        element.text = _shifted_pose(template, pose_text, spacing * index)
         world.insert(place + index, each)
     return ElementTree.tostring(root, encoding='unicode')
 
 
-def write_gazebo_fleet(template: str, model: str, namespaces: List[str],
+def write_gazebo_fleet(template: str, model: str, namespaces: List[str], params_file: str,
                        folder: str) -> Tuple[str, str]:
     """
     Write the fleet's world (fleet_world) and ros_gz_bridge file into folder; return both paths.
 
-    Gazebo and parameter_bridge take files: the launch writes them when it runs.
+    Gazebo and parameter_bridge take files: the launch writes them when it runs. The bridge
+    file's ROS side is where the bridges with params_file read and write (gazebo_bridge_topics).
     """
     import yaml
     text = fleet_world(template, model, namespaces)
+    topics = gazebo_bridge_topics(namespaces, params_file)
     world = os.path.join(folder, 'fleet_world.sdf')
     bridge = os.path.join(folder, 'gz_bridge_fleet.yaml')
     with open(world, 'w') as stream:
         stream.write(text)
     with open(bridge, 'w') as stream:
-        yaml.safe_dump(gazebo_bridge_topics(namespaces), stream, sort_keys=False)
+        yaml.safe_dump(topics, stream, sort_keys=False)
     return world, bridge

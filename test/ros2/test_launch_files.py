@@ -214,6 +214,68 @@ def test_gazebo_launch_starts_installed_files_with_ros_gz_arguments(monkeypatch)
     assert given['instance'] == 3, given
 
 
+def gazebo_fleet_function(overrides: Dict[str, str]):
+    """Return gazebo_fleet.launch.py's OpaqueFunction and a context: defaults, then overrides."""
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.launch_description_sources import get_launch_description_from_python_launch_file
+
+    entities = get_launch_description_from_python_launch_file(
+        share('launch', 'gazebo_fleet.launch.py')).entities
+    context = LaunchContext()
+    context.launch_configurations.update(
+        {e.name: ''.join(s.perform(None) for s in e.default_value)
+         for e in entities if isinstance(e, DeclareLaunchArgument)})
+    context.launch_configurations.update(overrides)
+    (gazebo,) = [e for e in entities if isinstance(e, OpaqueFunction)]
+    return gazebo, context
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'real_time_factor': '2'}, 'real_time_factor: 2 is not above 0 and at most 1'),
+    ({'real_time_factor': 'abc'}, "real_time_factor: expected a real-time factor, got 'abc'"),
+    ({'server_only': 'maybe'}, "server_only: expected true or false, got 'maybe'"),
+    ({'model': "it's"}, 'has no <model name="it\'s">'),
+    ({'params_file': '/no/such.yaml'}, "params_file: '/no/such.yaml' is not a file"),
+    ({'count': '0'}, 'count: 0 is outside')],
+    ids=['rtf_2', 'rtf_abc', 'server_only', 'model_quote', 'params_file', 'count'])
+def test_gazebo_fleet_launch_fails_in_one_line_and_leaves_no_folder(
+        monkeypatch, tmp_path, overrides, message):
+    import tempfile
+
+    from ardupilot_json_bridge.ros.launch_config import LaunchArgumentError
+
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    gazebo, context = gazebo_fleet_function({'server_only': 'true', **overrides})
+    with pytest.raises(LaunchArgumentError) as error:
+        gazebo.execute(context)
+    assert message in str(error.value) and '\n' not in str(error.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_gazebo_fleet_launch_writes_its_files_and_removes_them_on_shutdown(
+        monkeypatch, tmp_path):
+    import tempfile
+
+    from launch.actions import RegisterEventHandler
+    from launch.events import Shutdown
+    import yaml
+
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    gazebo, context = gazebo_fleet_function({'server_only': 'true', 'real_time_factor': '0.5'})
+    removal, gz, topics = gazebo.execute(context)
+    (folder,) = [os.path.join(tmp_path, name) for name in os.listdir(tmp_path)]
+    world = os.path.join(folder, 'fleet_world.sdf')
+    assert dict(gz.launch_arguments)['gz_args'] == f'-r -s -z 500 {world}'
+    with open(os.path.join(folder, 'gz_bridge_fleet.yaml')) as stream:
+        assert {e['ros_topic_name'] for e in yaml.safe_load(stream)} >= {
+            '/vehicle0/odom', '/vehicle1/odom', '/vehicle1/command/motor_speed'}
+    assert topics.node_executable == 'parameter_bridge'
+    assert isinstance(removal, RegisterEventHandler)
+    removal.event_handler.handle(Shutdown(), context)
+    assert os.listdir(tmp_path) == []
+
+
 def readme_line(start: str) -> str:
     """Return the README's command line beginning with start, continuation lines joined."""
     with open(os.path.join(os.path.dirname(__file__), '..', '..', 'README.md')) as stream:
