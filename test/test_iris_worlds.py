@@ -4,9 +4,10 @@ benchmarks/iris_worlds.py: the bridge's iris drives every rotor as ardupilot_gaz
 The truth is the installed iris_with_ardupilot/model.sdf (ardupilot_gazebo, from
 ../shared/tools/gz-harmonic), read here on its own: each ArduPilotPlugin <control> must have
 become a JointController on its joint with the plugin's PID gains and torque limits, a
-ros_gz_bridge entry carrying std_msgs/Float64 to it, and a channel of the bridge's preset with
-the control's PWM range, multiplier (sign included) and offset; the preset must load as the
-node loads it. No ROS or Gazebo needed; skips in one line where the model is not installed.
+ros_gz_bridge entry carrying the command to it (a std_msgs/Float64 per rotor, or element k of
+one actuator_msgs/Actuators), and a channel of the bridge's preset with the control's PWM
+range, multiplier (sign included) and offset; the preset must load as the node loads it. No
+ROS or Gazebo needed; skips in one line where the model is not installed.
 """
 
 import os
@@ -68,9 +69,11 @@ def test_the_installed_plugin_drives_four_rotors_with_signed_multipliers(model):
             for c in controls} == {('VELOCITY', '1', '1100', '1900', '0')}
 
 
-def test_every_plugin_control_became_the_same_joint_command(model, tmp_path):
+@pytest.mark.parametrize('kind', ['float64', 'actuators'])
+def test_every_plugin_control_became_the_same_joint_command(model, tmp_path, kind):
+    """float64: a Float64 topic per rotor; actuators: element k of one Actuators message."""
     controls = controls_of(model)
-    world = iris_worlds.bridge_world(model)
+    world = iris_worlds.bridge_world(model, kind)
     body = iris(world)
     assert not [p for p in body.iter('plugin') if p.get('filename') == 'ArduPilotPlugin']
     controllers = {}
@@ -81,23 +84,32 @@ def test_every_plugin_control_became_the_same_joint_command(model, tmp_path):
                 settings = {s.tag: s.text for s in plugin}
                 controllers[f'{scope}::{settings["joint_name"]}'] = settings
     assert sorted(controllers) == sorted(c['jointName'] for c in controls)
-    topics = yaml.safe_load(iris_worlds.ros_gz_bridge_config(iris_worlds.plugin_controls(model)))
+    topics = yaml.safe_load(iris_worlds.ros_gz_bridge_config(iris_worlds.plugin_controls(model),
+                                                             kind))
     to_gazebo = {t['gz_topic_name']: t for t in topics if t['direction'] == 'ROS_TO_GZ'}
     preset = tmp_path / 'preset.yaml'
-    preset.write_text(iris_worlds.bridge_preset(iris_worlds.plugin_controls(model), INSTANCE))
+    preset.write_text(iris_worlds.bridge_preset(iris_worlds.plugin_controls(model), INSTANCE,
+                                                kind))
     group = yaml.safe_load(preset.read_text())['/**']['ros__parameters']['outputs']['rotors']
-    assert group['type'] == 'float64'
+    assert group['type'] == kind
+    message = {'float64': ('std_msgs/msg/Float64', 'gz.msgs.Double'),
+               'actuators': ('actuator_msgs/msg/Actuators', 'gz.msgs.Actuators')}[kind]
     for control in controls:
         controller = controllers[control['jointName']]
         assert controller['use_force_commands'] == 'true'
         for gain in ('p_gain', 'i_gain', 'd_gain', 'i_max', 'i_min', 'cmd_max', 'cmd_min'):
             assert float(controller[gain]) == float(control[gain]), (control, gain)
         entry = to_gazebo[controller['topic']]
-        assert (entry['ros_type_name'], entry['gz_type_name']) == ('std_msgs/msg/Float64',
-                                                                   'gz.msgs.Double')
+        assert (entry['ros_type_name'], entry['gz_type_name']) == message
         namespace, ros_topic = entry['ros_topic_name'].lstrip('/').split('/', 1)
         assert namespace == 'quad'   # gazebo.launch.py's namespace of the bridge
-        index = group['topics'].index(ros_topic)
+        if kind == 'float64':
+            assert 'use_actuator_msg' not in controller
+            index = group['topics'].index(ros_topic)
+        else:
+            assert controller['use_actuator_msg'] == 'true'
+            assert (group['topic'], group['field']) == (ros_topic, 'velocity')
+            index = int(controller['actuator_number'])
         assert group['channels'][index] == int(control['channel']) + 1   # SERVO1 is channel 0
         for setting in ('servo_min', 'servo_max', 'multiplier', 'offset'):
             assert group[setting][index] == float(control[setting]), (control, setting)
