@@ -164,7 +164,12 @@ def command_line(pid: int) -> List[str]:
 
 
 def role_of(command: Sequence[str]) -> str:
-    """Which part of the loop a process of a launch is, from its program (not its arguments)."""
+    """
+    Which part of the loop a process of a launch is, from its program (not its arguments).
+
+    `gz sim` (Ruby) rewrites its command line into one string: words, not arguments, count.
+    """
+    command = ' '.join(command).split()
     program = ' '.join(os.path.basename(part) for part in command[:3])
     if 'parameter_bridge' in program:
         return 'ros_gz_bridge'
