@@ -400,7 +400,8 @@ def verdict(by_setup: Dict[str, List[Round]]) -> List[str]:
         theirs = (median(by_setup[setup], lambda r: r.hover_error),
                   median(by_setup[setup], lambda r: r.cpu_per_sim))
         if None in (error, cpu, *theirs):
-            lines.append(f'{setup}: no verdict (a setup did not fly)')
+            lines.append(f'{setup}: no verdict (' + ('no plugin flight in this run' if None in (
+                error, cpu) else 'it did not fly') + ')')
             continue
         near, cheap = theirs[0] - error <= HOVER_MARGIN, theirs[1] <= CPU_RATIO * cpu
         lines.append(f'{setup}: hover error {theirs[0]:.3f} m against {error:.3f} m '
