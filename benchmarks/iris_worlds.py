@@ -8,8 +8,10 @@ write, for benchmarks/gazebo_side_by_side.py:
   <control> block (velocity, force commands through the same PID gains and torque limits),
   each on a gz.msgs.Double topic of its own;
 - bridge_preset: the bridge's parameters, a `float64` output group whose channels, PWM range,
-  multipliers (838 rad/s, with each rotor's sign) and offsets are the <control> blocks';
-- ros_gz_bridge_config: ros_gz_bridge's topics (clock, IMU, odometry in; rotor commands out).
+  multipliers (838 rad/s, with each rotor's sign) and offsets are the <control> blocks', and
+  the IMU's mounting: the pose of the plugin's <imuName> sensor in iris_with_standoffs;
+- ros_gz_bridge_config: ros_gz_bridge's topics (clock, IMU, odometry in; rotor commands out),
+  the IMU's being Gazebo's default topic of that sensor.
 Both worlds are one world (ground plane, 1 ms DART steps, the same systems) with the model at
 the pose of ardupilot_gazebo's worlds and the same OdometryPublisher on it: Gazebo's pose of
 the model, by which both flights are judged, and the bridge's odometry.
@@ -17,11 +19,14 @@ the model, by which both flights are judged, and the bridge's odometry.
 
 from dataclasses import dataclass
 import json
+import math
 import os
 from typing import List, Optional, Sequence, Tuple
 from xml.etree import ElementTree
 
 PLUGIN_MODEL = 'iris_with_ardupilot'
+# The model iris_with_ardupilot includes, with the rotors and the IMU sensor.
+STANDOFFS_MODEL = 'iris_with_standoffs'
 MODEL = 'iris'
 WORLD = 'iris_side'
 # Where ardupilot_gazebo's worlds put the iris: resting on its legs, nose to the north.
@@ -30,8 +35,6 @@ ODOMETRY_TOPIC = f'/{MODEL}/odometry'
 ODOMETRY_RATE = 250
 # The bridge's namespace in gazebo.launch.py, and its topics there.
 NAMESPACE = 'quad'
-# ardupilot_gazebo's IMU sensor is mounted upside down (FRD): the bridge's parameter for it.
-IMU_MOUNTING_RPY = (180.0, 0.0, 0.0)
 # How the bridge sends the rotor speeds: one std_msgs/Float64 per rotor (a gz.msgs.Double per
 # JointController), or one actuator_msgs/Actuators for all (each JointController reading its
 # actuator_number of the velocity array).
@@ -73,10 +76,10 @@ class RotorControl:
         return f'{self.name}/cmd_vel'
 
 
-def model_path(resource_path: str) -> Optional[str]:
-    """Return the first iris_with_ardupilot/model.sdf along a GZ_SIM_RESOURCE_PATH, or None."""
+def model_path(resource_path: str, name: str = PLUGIN_MODEL) -> Optional[str]:
+    """Return the first <name>/model.sdf along a GZ_SIM_RESOURCE_PATH, or None."""
     for folder in filter(None, resource_path.split(os.pathsep)):
-        path = os.path.join(folder, PLUGIN_MODEL, 'model.sdf')
+        path = os.path.join(folder, name, 'model.sdf')
         if os.path.isfile(path):
             return path
     return None
@@ -93,19 +96,19 @@ def loadable(resource_path: str) -> Optional[str]:
     if model_path(resource_path) is None:
         return (f'no {PLUGIN_MODEL}/model.sdf on GZ_SIM_RESOURCE_PATH (the models of '
                 'ardupilot_gazebo)')
-    for folder in filter(None, resource_path.split(os.pathsep)):
-        path = os.path.join(folder, 'iris_with_standoffs', 'model.sdf')
-        if os.path.isfile(path):
-            with open(path) as stream:
-                uris = [uri.text.strip() for uri in ElementTree.parse(stream).iter('uri')]
-            for uri in uris:
-                if uri.startswith('model://') and not os.path.isfile(
-                        os.path.join(folder, uri[len('model://'):])):
-                    return (f'{path} names {uri}, which is missing: Gazebo would refuse the '
-                            'world (put a copy with that visual replaced first on '
-                            'GZ_SIM_RESOURCE_PATH)')
-            return None
-    return 'no iris_with_standoffs/model.sdf on GZ_SIM_RESOURCE_PATH'
+    path = model_path(resource_path, STANDOFFS_MODEL)
+    if path is None:
+        return f'no {STANDOFFS_MODEL}/model.sdf on GZ_SIM_RESOURCE_PATH'
+    folder = os.path.dirname(os.path.dirname(path))
+    with open(path) as stream:
+        uris = [uri.text.strip() for uri in ElementTree.parse(stream).iter('uri')]
+    for uri in uris:
+        if uri.startswith('model://') and not os.path.isfile(
+                os.path.join(folder, uri[len('model://'):])):
+            return (f'{path} names {uri}, which is missing: Gazebo would refuse the '
+                    'world (put a copy with that visual replaced first on '
+                    'GZ_SIM_RESOURCE_PATH)')
+    return None
 
 
 def _model(text: str) -> ElementTree.Element:
@@ -274,15 +277,16 @@ def topics(controls: Sequence[RotorControl], kind: str) -> str:
     return f'topic: {ACTUATORS_TOPIC}\n        field: velocity'
 
 
-def bridge_preset(controls: Sequence[RotorControl], instance: int, kind: str = FLOAT64) -> str:
-    """Return the bridge's parameters (YAML) for the JointControllers of bridge_world."""
+def bridge_preset(controls: Sequence[RotorControl], instance: int, kind: str,
+                  mounting: Tuple[float, float, float]) -> str:
+    """Return the bridge's parameters (YAML) for bridge_world: its JointControllers, the IMU."""
     return f"""# Generated by benchmarks/iris_worlds.py from the <control> blocks of the plugin.
 /**:
   ros__parameters:
     instance: {instance}
     odom_topic: odom
     imu_topic: imu
-    imu_mounting_rpy: {_yaml_list(IMU_MOUNTING_RPY)}
+    imu_mounting_rpy: {_yaml_list(mounting)}
     odom_twist_frame: child
     raw_pwm_topic: ''
     output_groups: [rotors]
@@ -298,10 +302,49 @@ def bridge_preset(controls: Sequence[RotorControl], instance: int, kind: str = F
 """
 
 
-def imu_topic() -> str:
-    """Gazebo's default topic of the iris's IMU (its sensor names none)."""
-    return (f'/world/{WORLD}/model/{MODEL}/model/iris_with_standoffs/link/imu_link/sensor/'
-            'imu_sensor/imu')
+def imu(text: str, standoffs: str) -> Tuple[str, Tuple[float, float, float]]:
+    """
+    Return Gazebo's topic of the plugin's IMU and its mounting (roll, pitch, yaw degrees).
+
+    text is iris_with_ardupilot/model.sdf, whose ArduPilotPlugin names the sensor in <imuName>
+    (model::link::sensor); standoffs is that model's model.sdf. The sensor names no <topic>, so
+    Gazebo publishes on its scoped default; the mounting is the sensor's <pose> in an
+    unrotated link (ardupilot_gazebo's: 180 0 0, upside down: FRD).
+    """
+    name = _text(_ardupilot_plugin(_model(text)), 'imuName', 'the ArduPilotPlugin')
+    parts = name.split('::')
+    if len(parts) != 3 or parts[0] != STANDOFFS_MODEL:
+        raise ModelError(f"the ArduPilotPlugin's <imuName> {name!r} is not "
+                         f'{STANDOFFS_MODEL}::<link>::<sensor>')
+    scope, link_name, sensor_name = parts
+    links = [link for link in _model(standoffs).findall('link') if link.get('name') == link_name]
+    sensors = [sensor for link in links for sensor in link.findall('sensor')
+               if sensor.get('name') == sensor_name and sensor.get('type') == 'imu']
+    if len(sensors) != 1:
+        raise ModelError(f'{STANDOFFS_MODEL}/model.sdf has {len(sensors)} IMU sensors '
+                         f"{link_name}::{sensor_name} (the plugin's <imuName>), not one")
+    if sensors[0].find('topic') is not None:
+        raise ModelError(f'{name} names a <topic>; only the default topic is mirrored')
+    if _angles(links[0].find('pose'), name) != (0.0, 0.0, 0.0):
+        raise ModelError(f'{name}: its link is rotated; only an unrotated link is mirrored')
+    topic = (f'/world/{WORLD}/model/{MODEL}/model/{scope}/link/{link_name}/sensor/'
+             f'{sensor_name}/imu')
+    return topic, _angles(sensors[0].find('pose'), name)
+
+
+def _angles(pose: Optional[ElementTree.Element], where: str) -> Tuple[float, float, float]:
+    """Return a <pose>'s roll, pitch and yaw in degrees (none: zero)."""
+    if pose is None:
+        return (0.0, 0.0, 0.0)
+    try:
+        values = [float(value) for value in (pose.text or '').split()]
+    except ValueError:
+        values = []
+    if len(values) != 6:
+        raise ModelError(f'{where}: <pose> {pose.text!r} is not six numbers')
+    degrees = pose.get('degrees', 'false').strip() in ('true', '1')
+    return tuple(value if degrees else math.degrees(value)  # type: ignore[return-value]
+                 for value in values[3:])
 
 
 def _entry(ros: str, gz: str, ros_type: str, gz_type: str, direction: str) -> str:
@@ -315,12 +358,17 @@ def odometry_entry() -> str:
                   'gz.msgs.Odometry', 'GZ_TO_ROS')
 
 
-def ros_gz_bridge_config(controls: Sequence[RotorControl], kind: str = FLOAT64) -> str:
-    """ros_gz_bridge's topics (YAML) for the bridge's flight."""
+def ros_gz_bridge_config(controls: Sequence[RotorControl], kind: str, imu_topic: str) -> str:
+    """
+    ros_gz_bridge's topics (YAML) for the bridge's flight; imu_topic: imu()'s.
+
+    Written by hand, not by launch_config.gazebo_bridge_topics: that rule is the Gazebo fleet's
+    (quad_x.sdf's topics under each namespace, one actuators group), not this model's.
+    """
     return ''.join([
         '# Generated by benchmarks/iris_worlds.py.\n',
         _entry('/clock', '/clock', 'rosgraph_msgs/msg/Clock', 'gz.msgs.Clock', 'GZ_TO_ROS'),
-        _entry(f'/{NAMESPACE}/imu', imu_topic(), 'sensor_msgs/msg/Imu', 'gz.msgs.IMU',
+        _entry(f'/{NAMESPACE}/imu', imu_topic, 'sensor_msgs/msg/Imu', 'gz.msgs.IMU',
                'GZ_TO_ROS'),
         odometry_entry(),
         *((_entry(f'/{NAMESPACE}/{c.ros_topic}', c.gz_topic, 'std_msgs/msg/Float64',
