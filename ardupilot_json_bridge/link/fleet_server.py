@@ -17,7 +17,7 @@ import math
 import select
 import socket
 import threading
-from typing import Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set
 
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import Instant
@@ -55,7 +55,7 @@ class FleetServer:
             link.may_wait = False  # a wait for one vehicle's state would stall them all
         self._fds = [link.udp_socket.fileno() for link in self.links]
         self._index: Dict[int, int] = {fd: index for index, fd in enumerate(self._fds)}
-        self._gone: set = set()
+        self._gone: Set[int] = set()
         self._waker, self._wake_end = socket.socketpair()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None

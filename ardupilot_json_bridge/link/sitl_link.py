@@ -162,9 +162,9 @@ class SitlLink:
         self._peer: Optional[Address] = None
         self._peer_heard = 0.0
         self._held: Optional[HeldFrame] = None
-        # The frame release() answered, whose bookkeeping is still to run.
-        self._released: Optional[HeldFrame] = None
-        self._answered = False
+        # The frame release() answered, whose bookkeeping is still to run, and whether it was
+        # answered from the engine's instant (what stepping ahead needs).
+        self._released: Optional[Tuple[HeldFrame, bool]] = None
         # False where one thread serves many links (a fleet): no frame may wait for the state.
         self.may_wait = True
 
@@ -236,9 +236,8 @@ class SitlLink:
             self.fail_held('the world gave no instant for it')
             return
         self._held = None
-        self._released = held
         try:
-            self._answer_frame(held, instant)
+            self._released = (held, self._serve(held.packet, held.received, instant))
         except Exception as error:
             self._released = None
             self.warnings.error('release', f'{self._prefix}unexpected {error!r} answering frame '
@@ -249,7 +248,7 @@ class SitlLink:
         """Run the bookkeeping of the frame release() answered last."""
         released, self._released = self._released, None
         if released is not None:
-            self._bookkeep(released)
+            self._bookkeep(*released)
 
     def fail_held(self, reason: str) -> None:
         """
@@ -356,15 +355,14 @@ class SitlLink:
         if published is HELD:
             self._held = frame
             return
-        self._answer_frame(frame, published)
-        self._bookkeep(frame)
+        self._bookkeep(frame, self._serve(packet, received, published))
 
-    def _answer_frame(self, frame: HeldFrame, published: object) -> None:
-        """Answer a frame from what on_frame gave (the engine's Instant, or the state)."""
-        self._answered = self._serve(frame.packet, frame.received, published)
+    def _bookkeep(self, frame: HeldFrame, answered: bool) -> None:
+        """
+        After a new frame's reply: the source's bookkeeping, then stepping ahead.
 
-    def _bookkeep(self, frame: HeldFrame) -> None:
-        """After a new frame's reply: the source's bookkeeping, then stepping ahead."""
+        answered: whether the reply came from the engine's Instant (_serve).
+        """
         if frame.retry:
             return
         if self.after_reply is not None:
@@ -373,7 +371,7 @@ class SitlLink:
             except Exception as error:
                 self.warnings.error('after_reply', f'{self._prefix}the bookkeeping after a '
                                                    f'reply failed: {error!r}')
-        if self._answered and self.step_ahead is not None:
+        if answered and self.step_ahead is not None:
             self._step_ahead(frame.packet, frame.data)
 
     def _fault(self, counter: str, count: int, message: str) -> None:
