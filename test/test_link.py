@@ -13,7 +13,9 @@ from ardupilot_json_bridge.core.protocol import encode_servo_packet, ServoPacket
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
 from ardupilot_json_bridge.core.state import Instant, SensorState
-from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
+from ardupilot_json_bridge.link.frame_answer import HELD
+from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.link.udp_port import LinkError
 from conftest import free_udp_port, SkippingClock
 from sitl_peer import parse_reply, RESEND_INTERVAL, SitlFrameRate, SitlPeer
 
@@ -715,6 +717,50 @@ def test_a_frame_answered_on_arrival_keeps_its_reply_whatever_its_handling_gives
     else:
         assert 'frame 2: handing its PWM on failed' in caplog.text
         assert 'broke the rule' not in caplog.text
+
+
+def test_a_frame_answered_on_arrival_then_held_gets_no_second_reply(make_link, make_peer):
+    # An engine holding a frame whose reply went out on arrival (a fleet's world steps no
+    # frame ahead; the rule is the link's): release() must send nothing more, or SITL would
+    # read every later reply one frame late.
+    engine = GuessingEngine()
+    held: List[Instant] = []
+
+    def on_frame(packet: ServoPacket) -> object:
+        answer = engine.on_frame(packet)
+        if packet.frame_count == 2:
+            held.append(answer)
+            return HELD
+        return answer
+
+    link = make_link(on_frame=on_frame)
+    link.step_ahead = engine.step_ahead
+    peer = make_peer(link.address[1])
+    assert [peer.step()['timestamp'] for _ in range(2)] == pytest.approx([0.0, 0.001])
+    peer.send(frame_count=2)
+    on_arrival = peer.receive()
+    assert parse_reply(on_arrival)['timestamp'] == pytest.approx(0.002, abs=1e-9)
+    assert wait_for(lambda: link.held)
+    link.release(held[0])
+    link.bookkeep_released()
+    assert peer.receive(timeout=0.3) is None
+    peer.frame_count = 3
+    assert peer.step()['timestamp'] == pytest.approx(0.003, abs=1e-9)
+    assert wait_for(lambda: link.stats.replied == 4), link.stats
+    assert link.stats.answered_on_arrival == 3
+
+
+def test_an_on_frame_answer_outside_the_contract_is_refused_in_one_line(make_link, make_peer,
+                                                                        caplog):
+    # Controls handed back (what an FDMData source's send_controls once returned) are not an
+    # answer: said once, and the state answers each frame.
+    link = make_link(on_frame=lambda packet: (0.5, -0.5, 0.0, 1.0))
+    peer = make_peer(link.address[1])
+    for frame in range(3):
+        feed(link, 10.0 + frame / 1000)
+        assert peer.step()['position'] == (1.0, 2.0, -3.0)
+    assert caplog.text.count('on_frame returned tuple, not an Instant, HELD or None') == 1
+    assert link.stats.unanswered == 0
 
 
 def test_a_step_ahead_whose_reply_leaves_values_out_is_not_sent_on_arrival(
