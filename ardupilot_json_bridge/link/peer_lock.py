@@ -2,7 +2,8 @@
 Which SITL a link answers: the first to send, until it restarts or falls silent.
 
 A servo packet from another address is a second SITL on the same port (ignored, counted and
-warned of, rate-limited) while the peer was heard within peer_timeout. From frame 0, or after
+warned of, rate-limited) while the peer was heard within peer_timeout (the link's setting as
+it is then: `ros2 param set` changes it while the bridge runs). From frame 0, or after
 that much silence, it is the peer restarted or moved: a new session. How long a fleet's world
 waits for a frame is another setting (FleetWorld's wait): this one only says when a stranger
 may take the port over.
@@ -27,17 +28,15 @@ class PeerVerdict(enum.Enum):
 class PeerLock:
     """The one SITL address a link answers, and when it last heard from it."""
 
-    def __init__(self, peer_timeout: float, logger: logging.Logger, warnings: RateLimitedLog,
-                 prefix: str) -> None:
-        self.peer_timeout = peer_timeout
+    def __init__(self, logger: logging.Logger, warnings: RateLimitedLog, prefix: str) -> None:
         self.peer: Optional[Address] = None
         self.heard = 0.0
         self._logger = logger
         self._warnings = warnings
         self._prefix = prefix
 
-    def accept(self, sender: Address, frame_count: int, channel_count: int,
-               now: float) -> PeerVerdict:
+    def accept(self, sender: Address, frame_count: int, channel_count: int, now: float,
+               peer_timeout: float) -> PeerVerdict:
         """Judge a packet of frame_count from sender at now; lock to sender unless a stranger."""
         peer = self.peer
         verdict = PeerVerdict.PEER
@@ -51,7 +50,7 @@ class PeerLock:
                                      f'(frame 0; it was at {peer[0]}:{peer[1]}, heard '
                                      f'{silent:.1f} s ago): new session, time starts again '
                                      'at 0')
-            elif silent <= self.peer_timeout:
+            elif silent <= peer_timeout:
                 self._warnings.warning(
                     'stranger', f'{self._prefix}ignored servo packets from {sender[0]}:'
                                 f'{sender[1]} (frame {frame_count}): locked to SITL at '

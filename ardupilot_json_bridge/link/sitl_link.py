@@ -67,7 +67,6 @@ class SitlLink:
         out on arrival, and the frame is handled after it.
         """
         self.settings = settings
-        self.state = state
         self.on_frame = on_frame
         # The frame whose on_frame raised: SITL resends it unanswered, and it is tried again.
         self._failed_frame: Optional[int] = None
@@ -81,7 +80,7 @@ class SitlLink:
         self.session = SitlSession()
         self._clock = clock
         self._prefix = f'SITL instance {settings.instance}: '
-        self.peers = PeerLock(settings.peer_timeout, self.logger, self.warnings, self._prefix)
+        self.peers = PeerLock(self.logger, self.warnings, self._prefix)
         self.pacing = StatePacing(state, self.session, self.stats, self.warnings, self._prefix,
                                   clock, on_wait)
         self._sock = sock or bind_udp(settings.bind_address, settings.listen_port,
@@ -130,6 +129,15 @@ class SitlLink:
     def peer(self) -> Optional[Address]:
         """The SITL address answered (None before the first servo packet)."""
         return self.peers.peer
+
+    @property
+    def state(self) -> SensorState:
+        """The state the link answers from (kept by its pacing, so that one is ever served)."""
+        return self.pacing.state
+
+    @state.setter
+    def state(self, state: SensorState) -> None:
+        self.pacing.state = state
 
     @property
     def on_wait(self) -> Optional[WaitCallback]:
@@ -187,6 +195,13 @@ class SitlLink:
         held, self._held = self._held, None
         if held is None:
             return
+        if held.sent is not None:
+            # Answered on arrival (stepped ahead): that reply stands, and SITL resends nothing.
+            self.warnings.error('held_failed', f'{self._prefix}frame {held.packet.frame_count}: '
+                                               f'{reason}; it was answered on arrival, and '
+                                               'that reply stands')
+            self._keep_sent_ahead(held.packet, held.sent, None)
+            return
         self._failed_frame = held.packet.frame_count
         self._unanswered(held.packet, f'{reason}; it is stepped again when SITL resends it',
                          'held_failed', logging.ERROR)
@@ -238,7 +253,8 @@ class SitlLink:
             self.warnings.warning('rejected', f'{self._prefix}ignored a datagram from '
                                               f'{sender[0]}:{sender[1]}: {error}')
             return
-        peer = self.peers.accept(sender, packet.frame_count, packet.channel_count, received)
+        peer = self.peers.accept(sender, packet.frame_count, packet.channel_count, received,
+                                 self.settings.peer_timeout)
         if peer is PeerVerdict.STRANGER:
             stats.strangers += 1
             return
