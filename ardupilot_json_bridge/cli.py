@@ -19,7 +19,8 @@ from ardupilot_json_bridge.core.settings import GRID, MAX_PORT, SAMPLES
 from ardupilot_json_bridge.core.stats import InputMeter, LinkStats
 from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.fleet_server import FleetServer
-from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
+from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.link.udp_port import LinkError
 from ardupilot_json_bridge.sources.bagfile import BagError
 from ardupilot_json_bridge.sources.mujoco_vehicle import VehicleError
 from ardupilot_json_bridge.sources.replay import RATE_LIMITS as REPLAY_RATE_LIMITS
@@ -482,7 +483,7 @@ def run_fdmdata(args: argparse.Namespace, stop: threading.Event) -> int:
         servo_max=args.servo_max)
     state = SensorState(config.state)
     source = FdmDataSource(settings, state)
-    link = SitlLink(config.link, state, on_frame=source.send_controls)
+    link = SitlLink(config.link, state, on_frame=source.on_frame)
     logging.getLogger('ardupilot_json_bridge').info(
         f'polling FDMData at {args.host}:{args.data_port} at {args.rate:g} Hz; controls to '
         f'{args.host}:{args.controls_port} ({servo_channels_description(channels)})')

@@ -35,7 +35,8 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
-from ardupilot_json_bridge.core.protocol import encode_reply, encode_servo_packet  # noqa: E402
+from ardupilot_json_bridge.core.protocol import (  # noqa: E402
+    encode_reply, encode_servo_packet, ServoPacket)
 from ardupilot_json_bridge.core.pwm import (  # noqa: E402
     ActuatorMapper, ChannelScaling, OutputGroup, OutputKind)
 from ardupilot_json_bridge.core.reply import build_reply  # noqa: E402
@@ -79,11 +80,16 @@ class FreshSource:
             self.state.wait_until_served()
 
 
+def apply_motors(packet: ServoPacket) -> None:
+    """Map a frame's PWM to the quad's motors, as a source does; the state answers it."""
+    MOTORS.apply(packet.pwm)
+
+
 def start_bridge(port: int) -> SitlLink:
     state = SensorState(LOCK_STEP)
     # Each benchmark client is a new SITL address: let it take over at once.
     link = SitlLink(LinkSettings(port=port, fresh_timeout=1.0, peer_timeout=0.1), state,
-                    on_frame=lambda packet: MOTORS.apply(packet.pwm))
+                    on_frame=apply_motors)
     link.logger.disabled = True
     FreshSource(state).start()
     link.start()
@@ -238,7 +244,7 @@ def socketless_link(state: SensorState, on_frame) -> SitlLink:
 
 def per_frame(frames: int) -> Dict[str, float]:
     state = SensorState(LOCK_STEP)
-    link = socketless_link(state, lambda packet: MOTORS.apply(packet.pwm))
+    link = socketless_link(state, apply_motors)
     packets = [encode_servo_packet(i, [1100 + (i % 800)] * 16) for i in range(frames)]
     samples = [imu_sample(i) for i in range(frames)]
     odometry = [replace(ODOMETRY, stamp=i * PHYSICS_STEP) for i in range(frames)]

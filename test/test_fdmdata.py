@@ -189,9 +189,8 @@ def test_controls_mapping_and_order(server):
     source = source_for(server)
     try:
         pwm = (1000, 2000, 1750, 1250) + (0,) * 12
-        assert source.send_controls(ServoPacket(400, 1, pwm)) == pytest.approx(
-            (-1.0, 1.0, -0.5, 0.75))
-        source.send_controls(ServoPacket(400, 2, (0,) * 16))
+        assert source.on_frame(ServoPacket(400, 1, pwm)) is None
+        source.on_frame(ServoPacket(400, 2, (0,) * 16))
         deadline = time.monotonic() + 2.0
         while len(server.received_controls) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)

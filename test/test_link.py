@@ -1,5 +1,6 @@
 """The UDP link over real loopback sockets, with the test SITL peer."""
 
+from dataclasses import replace
 import logging
 import math
 import socket
@@ -11,9 +12,12 @@ import pytest
 
 from ardupilot_json_bridge.core.protocol import encode_servo_packet, ServoPacket
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
-from ardupilot_json_bridge.core.settings import GRID, LinkSettings, sitl_port, StateSettings
+from ardupilot_json_bridge.core.settings import (
+    GRID, LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import Instant, SensorState
-from ardupilot_json_bridge.link.sitl_link import LinkError, SitlLink
+from ardupilot_json_bridge.link.frame_answer import HELD
+from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.link.udp_port import LinkError
 from conftest import free_udp_port, SkippingClock
 from sitl_peer import parse_reply, RESEND_INTERVAL, SitlFrameRate, SitlPeer
 
@@ -74,6 +78,34 @@ def test_a_copy_of_a_frame_is_not_answered_again_and_sitls_resend_is(make_link, 
     assert peer.receive() == first
     assert wait_for(lambda: link.stats.resent == 1 and link.stats.replied == 2)
     assert len(frames) == 1
+
+
+def test_a_peer_timeout_set_while_running_decides_when_a_stranger_may_take_over(
+        make_link, make_peer):
+    # ros2 param set peer_timeout replaces the link's settings (link_process): the next
+    # stranger is judged by the new value, not the one the link started with.
+    clock = SkippingClock()
+    link = make_link(clock=clock, peer_timeout=5.0)
+    first, second = make_peer(link.address[1]), make_peer(link.address[1])
+    feed(link, 3.0)
+    first.step()
+    link.settings = replace(link.settings, peer_timeout=0.2)
+    clock.skip(1.0)
+    feed(link, 3.001, position=(4.0, 5.0, -6.0))
+    second.frame_count = 40
+    assert second.step()['position'] == (4.0, 5.0, -6.0)
+    assert link.peer == second.address
+    assert link.stats.strangers == 0 and link.stats.restarts == 1
+
+
+def test_a_state_given_after_construction_is_the_one_answered_from(make_link, make_peer):
+    link = make_link()
+    peer = make_peer(link.address[1])
+    feed(link, 2.0)
+    link.state = SensorState(StateSettings(pacing=SAMPLES))
+    feed(link, 2.5, position=(7.0, 8.0, -9.0))
+    assert peer.step()['position'] == (7.0, 8.0, -9.0)
+    assert link.stats.unanswered == 0
 
 
 def test_a_late_frame_is_counted_and_changes_nothing(make_link, make_peer, caplog):
@@ -611,17 +643,6 @@ def test_an_engine_frame_on_the_grid_is_left_to_the_state(make_link, make_peer):
     assert link.state.newest_primary() == 5.0
 
 
-def test_what_a_source_returns_from_on_frame_other_than_an_instant_is_not_answered(
-        make_link, make_peer):
-    # The FDMData source returns the controls it sent: the frame is answered from the state.
-    link = make_link(on_frame=lambda packet: (0.5, 0.5, 0.0, 0.0), fresh_timeout=0.5)
-    peer = make_peer(link.address[1])
-    feed(link, 7.0)
-    reply = peer.step()
-    assert reply['timestamp'] == 0.0 and reply['position'] == (1.0, 2.0, -3.0)
-    assert wait_for(lambda: link.stats.replied == 1)
-
-
 class GuessingEngine:
     """
     A lock-step engine by hand whose frames each move 1 ms on (position north = stamp).
@@ -715,6 +736,60 @@ def test_a_frame_answered_on_arrival_keeps_its_reply_whatever_its_handling_gives
     else:
         assert 'frame 2: handing its PWM on failed' in caplog.text
         assert 'broke the rule' not in caplog.text
+
+
+@pytest.mark.parametrize('world', ['stepped', 'failed'])
+def test_a_frame_answered_on_arrival_then_held_gets_no_second_reply(make_link, make_peer,
+                                                                    caplog, world):
+    # An engine holding a frame whose reply went out on arrival (a fleet's world steps no
+    # frame ahead; the rule is the link's): neither release() nor fail_held() may send
+    # anything more, or SITL would read every later reply one frame late; and a failed world
+    # does not make that frame unanswered, or wait for a resend SITL never sends.
+    engine = GuessingEngine()
+    held: List[Instant] = []
+
+    def on_frame(packet: ServoPacket) -> object:
+        answer = engine.on_frame(packet)
+        if packet.frame_count == 2:
+            held.append(answer)
+            return HELD
+        return answer
+
+    link = make_link(on_frame=on_frame)
+    link.step_ahead = engine.step_ahead
+    peer = make_peer(link.address[1])
+    assert [peer.step()['timestamp'] for _ in range(2)] == pytest.approx([0.0, 0.001])
+    peer.send(frame_count=2)
+    on_arrival = peer.receive()
+    assert parse_reply(on_arrival)['timestamp'] == pytest.approx(0.002, abs=1e-9)
+    assert wait_for(lambda: link.held)
+    if world == 'stepped':
+        link.release(held[0])
+        link.bookkeep_released()
+    else:
+        link.fail_held('the world failed to step')
+    assert peer.receive(timeout=0.3) is None
+    assert link.session.replied_frame == 2 and link.stats.unanswered == 0
+    peer.frame_count = 3
+    assert peer.step()['timestamp'] == pytest.approx(0.003, abs=1e-9)
+    assert wait_for(lambda: link.stats.replied == 4), link.stats
+    # Released, frame 2's bookkeeping stepped frame 3 ahead; failed, nothing did.
+    assert link.stats.answered_on_arrival == (3 if world == 'stepped' else 2)
+    assert (caplog.text.count('frame 2: the world failed to step; it was answered on arrival, '
+                              'and that reply stands') == (world == 'failed'))
+
+
+def test_an_on_frame_answer_outside_the_contract_is_refused_in_one_line(make_link, make_peer,
+                                                                        caplog):
+    # Controls handed back (what an FDMData source's send_controls once returned) are not an
+    # answer: said once, and the state answers each frame.
+    link = make_link(on_frame=lambda packet: (0.5, -0.5, 0.0, 1.0))
+    peer = make_peer(link.address[1])
+    for frame in range(3):
+        feed(link, 10.0 + frame / 1000)
+        assert peer.step()['position'] == (1.0, 2.0, -3.0)
+    assert caplog.text.count('on_frame returned tuple, not an Instant, HELD or None') == 1
+    assert link.stats.unanswered == 0
 
 
 def test_a_step_ahead_whose_reply_leaves_values_out_is_not_sent_on_arrival(

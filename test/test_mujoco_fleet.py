@@ -94,10 +94,12 @@ class Fleet:
         assert self.world.holding == [0, 1]
         return parse_reply(datagram, '4.6')
 
-    def step(self, pwms: Dict[int, Sequence[int]], timeout: float = 5.0
+    def step(self, pwms: Dict[int, Sequence[int]], timeout: float = 5.0, apart: float = 0.0
              ) -> Dict[int, Dict[str, object]]:
-        """Send each named peer's frame, then read each one's reply (parsed)."""
-        for index, pwm in pwms.items():
+        """Send each named peer's frame (apart seconds after the one before), read the replies."""
+        for order, (index, pwm) in enumerate(pwms.items()):
+            if order and apart:
+                time.sleep(apart)
             self.peers[index].send(pwm=pwm)
         replies = {}
         for index in pwms:
@@ -179,13 +181,18 @@ def test_a_frame_the_world_fails_to_step_is_stepped_again_when_sitl_resends_it(
         advance(vehicles, duration)
 
     monkeypatch.setattr(mujoco_fleet, 'advance_together', fails_once)
+    sent = time.monotonic()
     for peer in fleet.peers:
         peer.send(pwm=FULL)
     # No reply to a frame not stepped (a reply from the state before would repeat the last).
     assert all(peer.receive(timeout=0.3) is None for peer in fleet.peers)
     assert fleet.world.steps == steps and failures
-    # SITL's resend (the same frame_count) is stepped and answered, once.
-    replies = fleet.step({0: FULL, 1: FULL})
+    # SITL's resends (the same frame_count), as SITL sends them: RESEND_INTERVAL after the
+    # frames, longer than hold_timeout, and not at one instant. Both SITLs were silent through
+    # the world's failure, not their own: the world waits for both and steps once (letting
+    # the later one go as silent stepped the world once for each).
+    time.sleep(max(0.0, sent + RESEND_INTERVAL - time.monotonic()))
+    replies = fleet.step({0: FULL, 1: FULL}, apart=0.05)
     assert fleet.world.steps == steps + 1 and sorted(replies) == [0, 1]
     assert [link.stats.unanswered for link in fleet.links] == [1, 1]
     assert all(peer.receive(timeout=0.2) is None for peer in fleet.peers)

@@ -45,7 +45,7 @@ from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputKind
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.wakeup import Wakeup
 from ardupilot_json_bridge.link.link_process import LinkProcess
-from ardupilot_json_bridge.link.sitl_link import bind_udp, LinkError
+from ardupilot_json_bridge.link.udp_port import bind_udp, LinkError
 from ardupilot_json_bridge.messages.commands import group_messages, group_topics, MessageClasses
 from ardupilot_json_bridge.messages.routes import deliver, IMU_TYPE, input_routes, InputRoute, \
     SERIALIZED_DECODERS

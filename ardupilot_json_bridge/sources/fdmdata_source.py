@@ -278,8 +278,11 @@ class FdmDataSource:
                 continue
             return decode_reply(data, request)
 
-    def send_controls(self, packet: ServoPacket) -> Tuple[float, ...]:
-        """Map one frame's PWM to aileron, elevator, rudder, throttle and send them."""
+    def on_frame(self, packet: ServoPacket) -> None:
+        """
+        Map one frame's PWM to aileron, elevator, rudder, throttle and send them (the link's
+        on_frame: the state answers the frame, with the simulator's next FDMData).
+        """
         values = self.mapper.apply(packet.pwm)[CONTROLS]
         try:
             self._controls.sendto(encode_controls(*values), self._controls_target)
@@ -287,7 +290,6 @@ class FdmDataSource:
             self.warnings.warning('fdmdata:controls', f'sending controls to '
                                   f'{self._controls_target[0]}:{self._controls_target[1]} '
                                   f'failed: {error}')
-        return tuple(values)
 
 
 def parse_channels(text: str) -> Tuple[int, int, int, int]:

@@ -11,13 +11,16 @@ fleet settles on one rate. A SITL silent for longer than hold_timeout since the 
 answered it stops holding the others (its vehicle rests, one warning) and holds them again from
 its next frame; a restart resets its vehicle only. hold_timeout stays below SITL's resend
 interval (1.1 s), so a held frame is answered before its SITL sends it again: a reply after
-the resend would be a second reply to the frame, read as the next one's.
+the resend would be a second reply to the frame, read as the next one's. A SITL whose frame
+the world failed to step is silent until its resend through no fault of its own: it is not let
+go before that.
 """
 
 import logging
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
+from ardupilot_json_bridge.link.session import RESEND_INTERVAL
 from ardupilot_json_bridge.sources.mujoco_vehicle import advance_together, MujocoVehicle
 
 
@@ -98,6 +101,13 @@ class FleetWorld:
         stepped = sorted(self._arrived)
         try:
             advance_together(self.vehicles, duration)
+        except Exception:
+            # Their SITLs resend these frames RESEND_INTERVAL from now, silent until then
+            # through the world's failure, not their own: none is let go before that.
+            due = self._clock() + RESEND_INTERVAL
+            for index in stepped:
+                self._heard[index] = due
+            raise
         finally:
             # Stepped or failed, these frames are done with: a failure is not stepped again
             # until their SITLs send them again.

@@ -27,8 +27,8 @@ from ardupilot_json_bridge.core.frames import enu_to_ned, flu_to_frd, ros_to_ned
 from ardupilot_json_bridge.core.protocol import ServoPacket
 from ardupilot_json_bridge.core.pwm import ActuatorMapper, OutputGroup
 from ardupilot_json_bridge.core.state import Instant, SensorState
+from ardupilot_json_bridge.link.frame_answer import HELD, Held
 from ardupilot_json_bridge.link.session import frame_period
-from ardupilot_json_bridge.link.sitl_link import HELD, Held
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     MujocoVehicle, VehicleError, VehicleState)
