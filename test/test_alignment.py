@@ -162,10 +162,14 @@ def test_any_ordering_gives_the_truth_at_every_instant(
     first, replies, _ = fly(stream)
     assert len(replies) > 0.25 * frame_rate
     assert_on_grid(replies, frame_rate)
-    tolerance = 0.05 if rates[0] < 100 else 0.01
+    # A 60 Hz IMU that drops messages leaves gaps of 50 ms and more, over which odometry is
+    # carried by linearly interpolated specific force, whose error grows with the gap squared:
+    # five times the tolerance there, for the velocity as for the attitude (CI drew one at
+    # 1.6 mm/s on 2026-11-28; 150 such streams drawn apart peaked at 1.4 mm/s).
+    tolerance, speed_tolerance = (0.05, 5e-3) if rates[0] < 100 else (0.01, 1e-3)
     attitude, position, velocity = errors(first, replies)
     assert attitude < tolerance, attitude
-    assert position < 1e-3 and velocity < 1e-3, (position, velocity)
+    assert position < 1e-3 and velocity < speed_tolerance, (position, velocity)
 
 
 def test_a_sitl_far_behind_catches_up_without_jumping_its_clock():

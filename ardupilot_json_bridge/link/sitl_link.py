@@ -127,12 +127,12 @@ class SitlLink:
 
     @property
     def peer(self) -> Optional[Address]:
-        """The SITL address answered (None before the first servo packet)."""
+        """Return the SITL address answered (None before the first servo packet)."""
         return self.peers.peer
 
     @property
     def state(self) -> SensorState:
-        """The state the link answers from (kept by its pacing, so that one is ever served)."""
+        """Return the state answered from (kept by the pacing, so that one is ever served)."""
         return self.pacing.state
 
     @state.setter

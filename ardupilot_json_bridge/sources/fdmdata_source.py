@@ -280,8 +280,9 @@ class FdmDataSource:
 
     def on_frame(self, packet: ServoPacket) -> None:
         """
-        Map one frame's PWM to aileron, elevator, rudder, throttle and send them (the link's
-        on_frame: the state answers the frame, with the simulator's next FDMData).
+        Map one frame's PWM to aileron, elevator, rudder, throttle and send them.
+
+        The link's on_frame: the state answers the frame, with the simulator's next FDMData.
         """
         values = self.mapper.apply(packet.pwm)[CONTROLS]
         try:
