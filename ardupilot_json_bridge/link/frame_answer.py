@@ -6,7 +6,8 @@ SITL resends it). It returns one of:
 
 - an Instant: the engine stepped the frame; the link answers from that instant at once;
 - HELD: a fleet's world holds the frame; SitlLink.release answers it once the world has
-  stepped (or fail_held leaves it to SITL's resend);
+  stepped (or fail_held leaves it to SITL's resend; a frame answered on arrival keeps that
+  reply);
 - None: the state answers the frame (free-running and reply-first sources, forwarders).
 
 Anything else is refused, in one line, and the state answers.

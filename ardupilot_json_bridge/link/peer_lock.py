@@ -5,8 +5,8 @@ A servo packet from another address is a second SITL on the same port (ignored, 
 warned of, rate-limited) while the peer was heard within peer_timeout (the link's setting as
 it is then: `ros2 param set` changes it while the bridge runs). From frame 0, or after
 that much silence, it is the peer restarted or moved: a new session. How long a fleet's world
-waits for a frame is another setting (FleetWorld's wait): this one only says when a stranger
-may take the port over.
+waits for a frame is another setting (hold_timeout): this one only says when a stranger may
+take the port over.
 """
 
 import enum
