@@ -14,7 +14,7 @@ from ardupilot_json_bridge.core.frames import quaternion_to_euler
 from ardupilot_json_bridge.core.reply import build_reply, windvane
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample, Stamped
 from ardupilot_json_bridge.core.settings import SAMPLES, StateSettings
-from ardupilot_json_bridge.core.state import Instant, SensorState, Unavailable
+from ardupilot_json_bridge.core.state import Instant, SensorState, STARTUP_GRACE, Unavailable
 
 LEVEL = (1.0, 0.0, 0.0, 0.0)
 REST_ACCEL = (0.0, 0.0, -9.80665)
@@ -46,6 +46,30 @@ def test_no_data_is_unavailable_naming_the_input():
     result = state.wait_for_stamp(1.0, 0.0)
     assert isinstance(result, Unavailable) and result.input == 'odometry'
     assert 'no message' in str(result)
+
+
+@pytest.mark.parametrize('asked', ['stamp', 'sample'])
+@pytest.mark.parametrize('published', [(), ('imu',)])
+def test_an_input_never_received_is_told_at_info_while_starting_then_as_a_warning(
+        asked: str, published: Tuple[str, ...]) -> None:
+    """A simulator may publish after SITL's first frames; later, its silence is a fault."""
+    clock = FakeClock()
+    state = SensorState(StateSettings(), clock=clock)
+    if 'imu' in published:
+        state.push_imu(imu(1.0))
+    missing = 'odometry' if published else 'imu'
+
+    def ask() -> Unavailable:
+        result = (state.wait_for_stamp(1.0, 0.0) if asked == 'stamp'
+                  else state.wait_for_sample(0, 0.0))
+        assert isinstance(result, Unavailable) and result.input == missing
+        assert 'no message received yet' in str(result)
+        return result
+
+    clock.now += 0.5
+    assert ask().level == logging.INFO and 'starting up' in str(ask())
+    clock.now += STARTUP_GRACE
+    assert ask().level == logging.WARNING and 'starting up' not in str(ask())
 
 
 def test_odometry_is_carried_forward_to_the_instant():

@@ -38,6 +38,10 @@ RC = 'rc'
 HISTORY_MARGIN = 0.1
 # An input whose last message arrived within this long (wall s) is still being published.
 STILL_PUBLISHED = 1.0
+# Seconds from the state's start during which an input with no message yet is told at INFO,
+# not WARNING: SITL's first frames often come before a simulator starting beside it publishes,
+# and SITL resends them (1.1 s). After it, a simulator that never published is a fault.
+STARTUP_GRACE = 5.0
 
 
 def rangefinder_name(index: int) -> str:
@@ -129,6 +133,7 @@ class SensorState:
         # frame is answered: later frames short of odometry are decided at once.
         self._await_odometry = True
         self._closed = False
+        self._started = clock()
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
     @property
@@ -358,10 +363,22 @@ class SensorState:
                     return self._not_reached(stamp, newest)
                 self._condition.wait(remaining)
 
+    def not_received(self, name: str, sequence: int = 0) -> Unavailable:
+        """
+        Say that input name has had no message yet: at INFO within STARTUP_GRACE, then WARNING.
+
+        A simulator started beside SITL publishes a moment after SITL's first frame; one that
+        has not published STARTUP_GRACE after the state's start is a fault worth a warning.
+        """
+        if self._clock() - self._started < STARTUP_GRACE:
+            return Unavailable(name, 'no message received yet (starting up: SITL sends the '
+                                     'frame again)', sequence, logging.INFO)
+        return Unavailable(name, 'no message received yet', sequence)
+
     def _not_reached(self, stamp: float, newest: Optional[float]) -> Unavailable:
         primary = self.primary
         if newest is None:
-            return Unavailable(primary, 'no message received yet')
+            return self.not_received(primary)
         age = self.meters[primary].age(self._clock())
         return Unavailable(primary, f'samples stop {stamp - newest:.4f} s short of the '
                                     f'instant SITL asks for; none newer for {age:.2f} s '
@@ -399,7 +416,7 @@ class SensorState:
         if self._sequence <= after:
             newest = self._imu.newest_stamp
             if newest is None:
-                return Unavailable(self.primary, 'no message received yet')
+                return self.not_received(self.primary)
             age = self.meters[self.primary].age(self._clock())
             return Unavailable(self.primary, f'no sample newer than the last reply for '
                                              f'{age:.2f} s (simulation paused or stopped?)')
@@ -417,7 +434,7 @@ class SensorState:
                         skipped: int) -> Union[Instant, Unavailable]:
         odometry, imu = self._odometry, self._imu
         if not len(odometry):
-            return Unavailable(ODOMETRY, 'no message received yet', sequence)
+            return self.not_received(ODOMETRY, sequence)
         if len(imu) and odometry.stamps[-1] == stamp == imu.stamps[-1]:
             # A lock-step engine's newest IMU and odometry are the instant itself: what
             # imu_at and odometry_at return at their exact stamps, without the searches.

@@ -84,7 +84,7 @@ class StatePacing:
                 self._wait_for(None)
             newest = state.wait_for_primary(timeout)
             if newest is None:
-                return Unavailable(state.primary, 'no message received yet')
+                return state.not_received(state.primary)
             if grid is None:
                 grid = session.grid = FrameGrid(newest, packet.frame_rate)
             else:
