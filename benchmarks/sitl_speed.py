@@ -20,7 +20,9 @@ per wall second:
    clock, so its speed is mujoco-sim's real_time_factor by construction;
 4. quad: SITL's built-in `--model quad`, no backend at all;
 5. with --flat, flat mujoco: the quad X flown by this file's own minimal Python backend (no
-   checks, histories or session rules), the floor of a Python MuJoCo lock-step frame.
+   checks, histories or session rules), the floor of a Python MuJoCo lock-step frame; and
+   flat C mujoco: the same frame in C (flat_mujoco.c, built here against the mujoco wheel's
+   headers and library with the system's C compiler), the floor of a compiled frame.
 --backends picks among do-nothing, mujoco, node-lockstep and quad (all by default).
 The mujoco figure as a ratio to the do-nothing one is what issue 21 asks to be >= 0.8.
 Each --variant adds `mujoco LABEL` to the rounds: the package imported from DIR (a checkout,
@@ -29,6 +31,7 @@ is measured before and after in one run.
 """
 
 import argparse
+import glob
 import importlib.util
 import os
 import random
@@ -60,6 +63,9 @@ NODE_LOCKSTEP_NEEDS = {'rclpy': 'ROS 2 (source it)',
                        'mujoco': 'pip install mujoco'}
 # How long the pair may take to be stepping before SITL starts (s).
 LOCKSTEP_START = 90.0
+# The shipped vehicles' models (the flat backends fly the quad X).
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'ardupilot_json_bridge',
+                      'sources', 'models')
 LOCKSTEP_LINE = 'lock-step through ROS with the simulator'
 # The node's closing line on its step requests (ros/sim_control.py's summary).
 ROUND_TRIP = re.compile(r'sim_control: (?:\d+ step requests.*|no step requested)')
@@ -122,8 +128,7 @@ def flat_mujoco_backend() -> subprocess.Popen:
     session rules, checks, histories or recording. Written here, apart from the package, as
     the floor of a Python MuJoCo backend's frame.
     """
-    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
-                         'ardupilot_json_bridge', 'sources', 'models', 'quad_x.xml')
+    model = os.path.join(MODELS, 'quad_x.xml')
     code = f"""
 import math, socket, struct
 import mujoco
@@ -168,6 +173,37 @@ while True:
     sock.sendto(reply, peer)
 """
     return subprocess.Popen([sys.executable, '-c', code])
+
+
+def build_flat_c(scratch: str) -> Tuple[Optional[str], str]:
+    """Build flat_mujoco.c against the mujoco wheel in scratch; return the binary or why not."""
+    compiler = shutil.which(os.environ.get('CC', 'cc'))
+    if compiler is None:
+        return None, 'no C compiler (cc, or $CC) on PATH'
+    try:
+        import mujoco
+    except ImportError:
+        return None, 'pip install mujoco'
+    wheel = os.path.dirname(mujoco.__file__)
+    library = sorted(glob.glob(os.path.join(wheel, 'libmujoco.so*')))
+    if not library or not os.path.isdir(os.path.join(wheel, 'include')):
+        return None, f'the mujoco package in {wheel} ships no headers or library'
+    binary = os.path.join(scratch, 'flat_mujoco')
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'flat_mujoco.c')
+    built = subprocess.run(
+        [compiler, '-O2', '-o', binary, source, '-I' + os.path.join(wheel, 'include'),
+         library[0], '-Wl,-rpath,' + wheel, '-lm'], capture_output=True, text=True)
+    if built.returncode:
+        return None, f'{compiler} failed: {(built.stderr.strip().splitlines() or ["?"])[-1]}'
+    return binary, ''
+
+
+def flat_c_backend(scratch: str) -> Tuple[Optional[subprocess.Popen], str]:
+    """Start flat_mujoco.c's backend on the quad X (built in scratch), or say why not."""
+    binary, failed = build_flat_c(scratch)
+    if binary is None:
+        return None, failed
+    return subprocess.Popen([binary, os.path.join(MODELS, 'quad_x.xml')]), ''
 
 
 def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
@@ -388,6 +424,11 @@ def start_backend(kind: str, scratch: str, variants: Dict[str, Tuple[str, List[s
     if kind.startswith('mujoco'):
         source, flags = variants.get(kind, (None, []))
         processes = [mujoco_backend(vehicles, source, flags, log)]
+    elif kind == 'flat C mujoco':
+        child, failed = flat_c_backend(scratch)
+        if child is None:
+            return [], failed
+        processes = [child]
     else:
         child = {'do-nothing': do_nothing_backend,
                  'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
@@ -498,7 +539,7 @@ def main() -> None:
     if missing:
         print(f'node-lockstep left out: {missing}', flush=True)
         chosen.remove('node-lockstep')
-    extra = [*variants, *(['flat mujoco'] if args.flat else [])]
+    extra = [*variants, *(['flat mujoco', 'flat C mujoco'] if args.flat else [])]
     kinds = [name for name in chosen if name != 'quad'] + extra + [
         name for name in chosen if name == 'quad']
     if args.fleet:
@@ -519,8 +560,8 @@ def main() -> None:
         print(f'  {kind:14s} {statistics.median(rates[kind]):6.2f} x real time '
               f'(rounds {", ".join(f"{r:.2f}" for r in rates[kind])})')
     for kind in kinds[1:]:
-        if kind.startswith('mujoco x') or kind in variants or kind in ('flat mujoco',
-                                                                       'node-lockstep'):
+        if kind.startswith('mujoco x') or kind in variants or kind in (
+                'flat mujoco', 'flat C mujoco', 'node-lockstep'):
             fleet = [m / d for m, d in zip(rates[kind], baseline) if d > 0]
             if fleet:
                 print(f'{kind} / do-nothing: {statistics.median(fleet):.2f} (rounds '
