@@ -33,7 +33,7 @@ PACKAGE = 'ardupilot_json_bridge'
 LOCK_STEP_SWITCH_INTERVAL = 1e-4
 # The engine's optional values (wind, airspeed) come with each frame, at its stamp: the state
 # need not keep a second of them, and 2.2 s of frames held (1 s, twice over, at 1200 frames/s)
-# cost SITL 4 % of its speed on the 2-core machine (docs/performance.md).
+# slowed SITL measurably on the 2-core machine.
 ENGINE_OPTIONAL_AGE = 0.05
 LOG_FORMAT = '[%(levelname)s] [%(asctime)s] [%(name)s]: %(message)s'
 ROS_ARGS = '--ros-args'

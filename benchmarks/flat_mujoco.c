@@ -3,7 +3,7 @@
  *
  *     flat_mujoco MODEL.xml [PORT]
  *
- * Built by sitl_speed.py (--flat-c) against the mujoco wheel's own headers and library. Per new
+ * Built by sitl_speed.py (--flat) against the mujoco wheel's own headers and library. Per new
  * SITL frame, as the flat Python backend does: PWM 1 to 4 to rotor speeds (the quad X preset's
  * scaling), the rotors' first-order lag, thrust k w^2, MuJoCo's split step (mj_step2) and
  * forward pass, the sensors turned to NED/FRD and the reply's 17 numbers; a frame seen already
@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 
 #include <mujoco/mujoco.h>
@@ -31,6 +30,13 @@ static double numeric(const mjModel* m, const char* name) {
 static int sensor(const mjModel* m, const char* name) {
   int id = mj_name2id(m, mjOBJ_SENSOR, name);
   return id < 0 ? -1 : m->sensor_adr[id];
+}
+
+/* Little-endian unsigned integers of the servo packet, whatever the host's byte order. */
+static uint32_t little(const uint8_t* bytes, int size) {
+  uint32_t value = 0;
+  for (int i = size - 1; i >= 0; i--) value = value << 8 | bytes[i];
+  return value;
 }
 
 static double clamp(double value, double low, double high) {
@@ -49,6 +55,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   mjData* d = mj_makeData(m);
+  if (!d) {
+    fprintf(stderr, "flat_mujoco: cannot make the data of %s\n", argv[1]);
+    return 1;
+  }
   double thrust = numeric(m, "rotor_thrust_coefficient");
   double lag = numeric(m, "rotor_time_constant");
   double top = numeric(m, "rotor_max_speed");
@@ -62,10 +72,19 @@ int main(int argc, char** argv) {
   double speeds[4] = {0.0, 0.0, 0.0, 0.0};
   mj_forward(m, d);
 
+  int port = argc > 2 ? atoi(argv[2]) : 9002;
+  if (port <= 0 || port > 65535) {
+    fprintf(stderr, "flat_mujoco: port %s is not 1 to 65535\n", argv[2]);
+    return 2;
+  }
   int sock = socket(AF_INET, SOCK_DGRAM, 0);
+  if (sock < 0) {
+    perror("flat_mujoco: socket");
+    return 1;
+  }
   struct sockaddr_in here = {0};
   here.sin_family = AF_INET;
-  here.sin_port = htons(argc > 2 ? atoi(argv[2]) : 9002);
+  here.sin_port = htons((uint16_t)port);
   here.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(sock, (struct sockaddr*)&here, sizeof(here)) != 0) {
     perror("flat_mujoco: bind");
@@ -80,13 +99,10 @@ int main(int argc, char** argv) {
     struct sockaddr_in peer;
     socklen_t size = sizeof(peer);
     ssize_t got = recvfrom(sock, data, sizeof(data), 0, (struct sockaddr*)&peer, &size);
-    uint16_t magic, pwm[4];
-    uint32_t count;
-    if (got < 40) continue;
-    memcpy(&magic, data, 2);
-    if (magic != MAGIC_16) continue;
-    memcpy(&count, data + 4, 4);
-    memcpy(pwm, data + 8, sizeof(pwm));
+    if (got < 40 || little(data, 2) != MAGIC_16) continue;
+    uint32_t count = little(data + 4, 4);
+    double pwm[4];
+    for (int i = 0; i < 4; i++) pwm[i] = little(data + 8 + 2 * i, 2);
     if ((int64_t)count != last) {
       if ((int64_t)count < last) origin = d->time;
       last = count;

@@ -31,11 +31,13 @@ is measured before and after in one run.
 """
 
 import argparse
+import atexit
 import glob
 import importlib.util
 import os
 import random
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -175,11 +177,11 @@ while True:
     return subprocess.Popen([sys.executable, '-c', code])
 
 
-def build_flat_c(scratch: str) -> Tuple[Optional[str], str]:
-    """Build flat_mujoco.c against the mujoco wheel in scratch; return the binary or why not."""
-    compiler = shutil.which(os.environ.get('CC', 'cc'))
-    if compiler is None:
-        return None, 'no C compiler (cc, or $CC) on PATH'
+def build_flat_c(folder: str) -> Tuple[Optional[str], str]:
+    """Build flat_mujoco.c against the mujoco wheel in folder; return the binary, or why not."""
+    compiler = shlex.split(os.environ.get('CC', 'cc'))
+    if not compiler or shutil.which(compiler[0]) is None:
+        return None, f'no C compiler ({" ".join(compiler) or "$CC"}) on PATH'
     try:
         import mujoco
     except ImportError:
@@ -188,22 +190,16 @@ def build_flat_c(scratch: str) -> Tuple[Optional[str], str]:
     library = sorted(glob.glob(os.path.join(wheel, 'libmujoco.so*')))
     if not library or not os.path.isdir(os.path.join(wheel, 'include')):
         return None, f'the mujoco package in {wheel} ships no headers or library'
-    binary = os.path.join(scratch, 'flat_mujoco')
+    binary = os.path.join(folder, 'flat_mujoco')
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'flat_mujoco.c')
     built = subprocess.run(
-        [compiler, '-O2', '-o', binary, source, '-I' + os.path.join(wheel, 'include'),
-         library[0], '-Wl,-rpath,' + wheel, '-lm'], capture_output=True, text=True)
+        compiler + ['-O2', '-o', binary, source, '-I' + os.path.join(wheel, 'include'),
+                    library[0], '-Wl,-rpath,' + wheel, '-lm'], capture_output=True, text=True)
     if built.returncode:
-        return None, f'{compiler} failed: {(built.stderr.strip().splitlines() or ["?"])[-1]}'
+        lines = built.stderr.strip().splitlines() or ['no message']
+        said = next((line for line in lines if 'error' in line), lines[-1])
+        return None, f'{" ".join(compiler)} failed: {said.strip()}'
     return binary, ''
-
-
-def flat_c_backend(scratch: str) -> Tuple[Optional[subprocess.Popen], str]:
-    """Start flat_mujoco.c's backend on the quad X (built in scratch), or say why not."""
-    binary, failed = build_flat_c(scratch)
-    if binary is None:
-        return None, failed
-    return subprocess.Popen([binary, os.path.join(MODELS, 'quad_x.xml')]), ''
 
 
 def mujoco_backend(vehicles: int = 1, source: Optional[str] = None,
@@ -414,21 +410,22 @@ def hover_rate(sitl: subprocess.Popen, seconds: float, pids: Sequence[int], alti
         flight.close()
 
 
-def start_backend(kind: str, scratch: str, variants: Dict[str, Tuple[str, List[str]]],
+def start_backend(kind: str, variants: Dict[str, Tuple[str, List[str]]], flat_c: Optional[str],
                   vehicles: int, log: Optional[str],
                   output: Optional[IO[str]]) -> Tuple[List[subprocess.Popen], Optional[str]]:
-    """Start kind's backend processes; return them and, if they cannot serve, why not."""
+    """
+    Start kind's backend processes; return them and, if they cannot serve, why not.
+
+    flat_c: the flat C backend's binary (build_flat_c), for kind 'flat C mujoco'.
+    """
     if kind == 'node-lockstep':
         pair = lockstep_pair(0, 0, ros_environment(), output=output)
         return pair, wait_for_line(log, LOCKSTEP_LINE, pair, LOCKSTEP_START)
     if kind.startswith('mujoco'):
         source, flags = variants.get(kind, (None, []))
         processes = [mujoco_backend(vehicles, source, flags, log)]
-    elif kind == 'flat C mujoco':
-        child, failed = flat_c_backend(scratch)
-        if child is None:
-            return [], failed
-        processes = [child]
+    elif kind == 'flat C mujoco' and flat_c is not None:
+        processes = [subprocess.Popen([flat_c, os.path.join(MODELS, 'quad_x.xml')])]
     else:
         child = {'do-nothing': do_nothing_backend,
                  'flat mujoco': flat_mujoco_backend}.get(kind, lambda: None)()
@@ -448,7 +445,8 @@ def watched(kind: str, backend: List[subprocess.Popen]) -> List[Tuple[str, int]]
 
 
 def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
-            variants: Dict[str, Tuple[str, List[str]]], hover: Optional[float] = None) -> float:
+            variants: Dict[str, Tuple[str, List[str]]], hover: Optional[float] = None,
+            flat_c: Optional[str] = None) -> float:
     """
     SITL instance 0's clock rate with backend kind (mujoco xN: a fleet of N, N SITLs).
 
@@ -463,7 +461,7 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
     backend: List[subprocess.Popen] = []
     sitls: List[subprocess.Popen] = []
     try:
-        backend, failed = start_backend(kind, scratch, variants, vehicles, log, output)
+        backend, failed = start_backend(kind, variants, flat_c, vehicles, log, output)
         if failed:
             print(f'    {kind}: {failed}', flush=True)
             return 0.0
@@ -499,6 +497,27 @@ def measure(kind: str, folder: str, seconds: float, quad_x: Optional[str],
             if guesses:
                 print(f'    {guesses}', flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def flat_backends(wanted: bool) -> Tuple[List[str], Optional[str]]:
+    """
+    Return the flat backends that can fly (--flat) and the flat C one's binary, if built.
+
+    Each that cannot is left out in one line; the C one is built once, in a folder removed at
+    exit.
+    """
+    if not wanted:
+        return [], None
+    if importlib.util.find_spec('mujoco') is None:
+        print('flat mujoco and flat C mujoco left out: pip install mujoco', flush=True)
+        return [], None
+    folder = tempfile.mkdtemp(prefix='flat-c-')
+    atexit.register(shutil.rmtree, folder, True)
+    binary, failed = build_flat_c(folder)
+    if binary is None:
+        print(f'flat C mujoco left out: {failed}', flush=True)
+        return ['flat mujoco'], None
+    return ['flat mujoco', 'flat C mujoco'], binary
 
 
 def main() -> None:
@@ -539,7 +558,8 @@ def main() -> None:
     if missing:
         print(f'node-lockstep left out: {missing}', flush=True)
         chosen.remove('node-lockstep')
-    extra = [*variants, *(['flat mujoco', 'flat C mujoco'] if args.flat else [])]
+    flat, flat_c = flat_backends(args.flat)
+    extra = [*variants, *flat]
     kinds = [name for name in chosen if name != 'quad'] + extra + [
         name for name in chosen if name == 'quad']
     if args.fleet:
@@ -548,7 +568,7 @@ def main() -> None:
     for round_index in range(args.rounds):
         for kind in kinds:
             rates[kind].append(
-                measure(kind, folder, args.seconds, quad_x, variants, args.hover))
+                measure(kind, folder, args.seconds, quad_x, variants, args.hover, flat_c))
             print(f'round {round_index + 1}: {kind:14s} {rates[kind][-1]:6.2f} x real time',
                   flush=True)
     baseline = rates.get('do-nothing', [])

@@ -14,7 +14,7 @@ from ardupilot_json_bridge.core.protocol import encode_servo_packet, ServoPacket
 from ardupilot_json_bridge.core.samples import ImuSample, OdometrySample
 from ardupilot_json_bridge.core.settings import (
     GRID, LinkSettings, SAMPLES, sitl_port, StateSettings)
-from ardupilot_json_bridge.core.state import Instant, SensorState
+from ardupilot_json_bridge.core.state import Instant, SensorState, STARTUP_GRACE
 from ardupilot_json_bridge.link.frame_answer import HELD
 from ardupilot_json_bridge.link.sitl_link import SitlLink
 from ardupilot_json_bridge.link.udp_port import LinkError
@@ -170,6 +170,28 @@ def test_unanswered_retry_is_answered_when_data_arrives(make_link, make_peer, ca
     assert peer.receive() is not None
     assert wait_for(lambda: (link.stats.unanswered, link.stats.replied) == (1, 1))
     assert len(frames) == 1
+
+
+def test_on_the_grid_a_frame_before_any_message_is_told_at_info_then_warned(make_link,
+                                                                            make_peer, caplog):
+    # The node's pacing: SITL's first frame before the simulator's first message is expected;
+    # still none STARTUP_GRACE later is a fault, told even within the INFO line's rate limit.
+    clock = SkippingClock()
+    link = make_link(StateSettings(pacing=GRID), fresh_timeout=0.05)
+    link.state = SensorState(StateSettings(pacing=GRID), clock=clock)
+    peer = make_peer(link.address[1])
+    with caplog.at_level(logging.INFO):
+        peer.send(frame_count=0)
+        assert peer.receive(0.3) is None
+        clock.skip(STARTUP_GRACE)
+        peer.send(frame_count=1)
+        assert peer.receive(0.3) is None
+        assert wait_for(lambda: link.stats.unanswered == 2)
+    told = [(record.levelno, record.getMessage()) for record in caplog.records
+            if 'no reply to SITL frame' in record.getMessage()]
+    assert [level for level, _ in told] == [logging.INFO, logging.WARNING], told
+    assert 'frame 0: imu: no message received yet (starting up' in told[0][1]
+    assert told[1][1].endswith('frame 1: imu: no message received yet')
 
 
 def test_on_the_grid_the_first_reply_is_time_zero_however_long_it_waited(make_link, make_peer):

@@ -50,11 +50,18 @@ def test_no_data_is_unavailable_naming_the_input():
 
 @pytest.mark.parametrize('asked', ['stamp', 'sample'])
 @pytest.mark.parametrize('published', [(), ('imu',)])
+@pytest.mark.parametrize('idle', [0.5, 100.0])
 def test_an_input_never_received_is_told_at_info_while_starting_then_as_a_warning(
-        asked: str, published: Tuple[str, ...]) -> None:
-    """A simulator may publish after SITL's first frames; later, its silence is a fault."""
+        asked: str, published: Tuple[str, ...], idle: float) -> None:
+    """
+    A simulator may publish after SITL's first frames; later, its silence is a fault.
+
+    The grace counts from the first frame that finds the input missing, however long the
+    bridge waited for SITL (idle s) before it.
+    """
     clock = FakeClock()
     state = SensorState(StateSettings(), clock=clock)
+    clock.now += idle
     if 'imu' in published:
         state.push_imu(imu(1.0))
     missing = 'odometry' if published else 'imu'
@@ -66,10 +73,18 @@ def test_an_input_never_received_is_told_at_info_while_starting_then_as_a_warnin
         assert 'no message received yet' in str(result)
         return result
 
-    clock.now += 0.5
-    assert ask().level == logging.INFO and 'starting up' in str(ask())
-    clock.now += STARTUP_GRACE
-    assert ask().level == logging.WARNING and 'starting up' not in str(ask())
+    starting = ask()
+    assert starting.level == logging.INFO and 'starting up' in str(starting)
+    clock.now += STARTUP_GRACE - 0.01
+    assert ask().level == logging.INFO
+    clock.now += 0.01
+    late = ask()
+    assert late.level == logging.WARNING and 'starting up' not in str(late)
+    # /diagnostics counts the frames left unanswered for the input: not those of the start.
+    state.count_unanswered(starting)
+    assert state.meters[missing].unanswered == 0
+    state.count_unanswered(late)
+    assert state.meters[missing].unanswered == 1 and state.meters[missing].fault == late.reason
 
 
 def test_odometry_is_carried_forward_to_the_instant():

@@ -38,9 +38,10 @@ RC = 'rc'
 HISTORY_MARGIN = 0.1
 # An input whose last message arrived within this long (wall s) is still being published.
 STILL_PUBLISHED = 1.0
-# Seconds from the state's start during which an input with no message yet is told at INFO,
-# not WARNING: SITL's first frames often come before a simulator starting beside it publishes,
-# and SITL resends them (1.1 s). After it, a simulator that never published is a fault.
+# Seconds from the first SITL frame that finds an input with no message yet during which that is
+# told at INFO, not WARNING: SITL's first frames often come before a simulator starting beside
+# it publishes, and SITL resends them (1.1 s). After it, a simulator that never published is a
+# fault.
 STARTUP_GRACE = 5.0
 
 
@@ -91,8 +92,9 @@ class Unavailable:
     """
     Why no reply can be built now: the input at fault and what is wrong with it.
 
-    level is the logging level the fault deserves: ERROR for inputs on two clocks, WARNING
-    otherwise. waits is False where no newer sample can make the instant answerable.
+    level is the logging level the fault deserves: ERROR for inputs on two clocks, INFO for an
+    input with no message yet while the simulator may still be starting (STARTUP_GRACE),
+    WARNING otherwise. waits is False where no newer sample can make the instant answerable.
     """
 
     input: str
@@ -133,7 +135,8 @@ class SensorState:
         # frame is answered: later frames short of odometry are decided at once.
         self._await_odometry = True
         self._closed = False
-        self._started = clock()
+        # When a frame first found an input with no message yet (STARTUP_GRACE counts from it).
+        self._first_missing: Optional[float] = None
         self.meters: Dict[str, InputMeter] = {n: InputMeter(n) for n in names}
 
     @property
@@ -367,10 +370,15 @@ class SensorState:
         """
         Say that input name has had no message yet: at INFO within STARTUP_GRACE, then WARNING.
 
-        A simulator started beside SITL publishes a moment after SITL's first frame; one that
-        has not published STARTUP_GRACE after the state's start is a fault worth a warning.
+        The grace counts from the first frame that found an input missing, not from the
+        state's start: a bridge may wait long before SITL and its simulator start together,
+        and the simulator publishes a moment after SITL's first frame. One that has not
+        published STARTUP_GRACE later is a fault worth a warning.
         """
-        if self._clock() - self._started < STARTUP_GRACE:
+        now = self._clock()
+        if self._first_missing is None:
+            self._first_missing = now
+        if now - self._first_missing < STARTUP_GRACE:
             return Unavailable(name, 'no message received yet (starting up: SITL sends the '
                                      'frame again)', sequence, logging.INFO)
         return Unavailable(name, 'no message received yet', sequence)
@@ -488,7 +496,14 @@ class SensorState:
                                      'stamped late', sequence, waits=waits)
 
     def count_unanswered(self, unavailable: Unavailable) -> None:
-        """Count a frame left unanswered for the input at fault, and keep the reason."""
+        """
+        Count a frame left unanswered for the input at fault, and keep the reason.
+
+        Not one left unanswered at INFO (the simulator still starting): that is no fault of the
+        input, and /diagnostics would call it one.
+        """
+        if unavailable.level < logging.WARNING:
+            return
         with self._condition:
             meter = self.meters.get(unavailable.input)
             if meter is not None:
