@@ -178,14 +178,11 @@ while True:
 
 
 def build_flat_c(folder: str) -> Tuple[Optional[str], str]:
-    """Build flat_mujoco.c against the mujoco wheel in folder; return the binary, or why not."""
+    """Build flat_mujoco.c against the installed mujoco wheel in folder: the binary, or why not."""
     compiler = shlex.split(os.environ.get('CC', 'cc'))
     if not compiler or shutil.which(compiler[0]) is None:
         return None, f'no C compiler ({" ".join(compiler) or "$CC"}) on PATH'
-    try:
-        import mujoco
-    except ImportError:
-        return None, 'pip install mujoco'
+    import mujoco  # flat_backends found it
     wheel = os.path.dirname(mujoco.__file__)
     library = sorted(glob.glob(os.path.join(wheel, 'libmujoco.so*')))
     if not library or not os.path.isdir(os.path.join(wheel, 'include')):
