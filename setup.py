@@ -4,7 +4,7 @@ from glob import glob
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 PACKAGE = 'ardupilot_json_bridge'
 # What `ros2 run ardupilot_json_bridge <name>` starts in a colcon build.
@@ -52,6 +52,12 @@ def script_options(argv: list) -> dict:
             'install': {'install_scripts': ROS_SCRIPT_DIR}}
 
 
+# The frame's hot path in C (ardupilot_json_bridge/compiled): Python's own headers only; it
+# reaches MuJoCo through the wheel's library at run time.
+FRAME = Extension(PACKAGE + '.compiled._frame', [PACKAGE + '/compiled/_frame.c'],
+                  extra_compile_args=['-O2', '-std=c11', '-Wall', '-Werror=implicit'])
+
+
 def data_tree(source: str) -> list:
     """Map every file below source to share/<package>/<source>, keeping sub-folders."""
     entries = {}
@@ -66,6 +72,7 @@ setup(
     name=PACKAGE,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*', 'benchmarks']),
+    ext_modules=[FRAME],
     package_data={PACKAGE + '.sources': ['data/*', 'data/*/*', 'models/*.xml']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
@@ -89,7 +96,7 @@ setup(
                    'ros-rosgraph-msgs', 'ros-ament-flake8', 'ros-ament-pep257'],
         'benchmark': ['rosbags>=0.10', 'psutil'],
     },
-    zip_safe=True,
+    zip_safe=False,
     maintainer='ardupilot_json_bridge maintainers',
     maintainer_email='maintainers@ardupilot-json-bridge.dev',
     description='ROS 2 bridge between physics engines and ArduPilot SITL (JSON interface).',

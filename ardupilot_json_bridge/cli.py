@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
                              '(most do: SITL sends 3 frames per 400 Hz loop), and answered at '
                              'once if it does: the same replies, sooner (a fleet, the viewer '
                              'and --reply-first never step ahead)')
+    engine.add_argument('--python-frames', action='store_true',
+                        help='serve every frame in Python; by default a lone vehicle without '
+                             'a force model or viewer has its plain frames served by the '
+                             'compiled frame loop, with the same rules and replies, and steps '
+                             'none ahead (it needs none)')
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
@@ -341,6 +346,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
     from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
+    from ardupilot_json_bridge.link.compiled_frames import compile_frames
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
     from ardupilot_json_bridge.sources.mujoco_vehicle import (
         DEFAULT_VEHICLE, engine_wind, load_world, MujocoVehicle, shipped_model)
@@ -395,10 +401,15 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                                     checker=conventions.checker, recorder=recorder,
                                     world=fleet, reply_first=args.reply_first)
             sources.append(source)
-            links.append(SitlLink(settings, state, on_frame=source.on_frame,
-                                  on_restart=source.on_restart,
-                                  after_reply=source.after_reply,
-                                  step_ahead=None if args.no_step_ahead else source.step_ahead))
+            link = SitlLink(settings, state, on_frame=source.on_frame,
+                            on_restart=source.on_restart, after_reply=source.after_reply,
+                            step_ahead=None if args.no_step_ahead else source.step_ahead)
+            links.append(link)
+            if not args.python_frames:
+                blocker = compile_frames(link, source)
+                logger.info('plain frames served by the compiled frame loop (--python-frames: '
+                            'in Python)' if blocker is None else
+                            f'frames served in Python: {blocker}')
             checks.append(conventions)
             root.info(f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in '
                       f'lock-step{" (reply-first)" if args.reply_first else ""} with SITL '

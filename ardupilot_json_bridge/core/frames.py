@@ -11,6 +11,7 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.compiled import _frame
 from ardupilot_json_bridge.core.protocol import Quaternion, Vector3
 
 STANDARD_GRAVITY = 9.80665
@@ -25,43 +26,32 @@ Q_NED_ENU = (0.0, _HALF_SQRT2, _HALF_SQRT2, 0.0)
 Q_FLU_FRD = (0.0, 1.0, 0.0, 0.0)
 
 
-def enu_to_ned(vector: Sequence[float]) -> Vector3:
-    """
-    Convert a world vector from ENU to NED: (x, y, z) -> (y, x, -z).
-
-    Plain floats: every message and every lock-step frame converts a few vectors, and numpy's
-    per-call overhead costs more than the arithmetic on three values.
-    """
-    return vector[1], vector[0], -vector[2]
-
-
-def flu_to_frd(vector: Sequence[float]) -> Vector3:
-    """Convert a body vector from FLU to FRD: (x, y, z) -> (x, -y, -z), on plain floats."""
-    return vector[0], -vector[1], -vector[2]
+# ENU world vector to NED, (x, y, z) -> (y, x, -z), and FLU body vector to FRD, (x, y, z) ->
+# (x, -y, -z): the frame loop's own (compiled/_frame.c), taking any sequence of 3 numbers and
+# giving a tuple of floats. Every message and every lock-step frame converts a few vectors.
+enu_to_ned = _frame.enu_to_ned
+flu_to_frd = _frame.flu_to_frd
 
 
 def canonical(q: Sequence[float]) -> Quaternion:
     """Return the unit quaternion with w >= 0 (q and -q are the same rotation)."""
     w, x, y, z = (float(v) for v in q)
-    norm = math.hypot(w, x, y, z)
-    if not math.isfinite(norm) or norm < 1e-9:
-        raise ValueError(f'not a rotation: quaternion {(w, x, y, z)} has norm {norm}')
-    if w < 0.0:
-        norm = -norm
-    return w / norm, x / norm, y / norm, z / norm
+    unit = _frame.canonical(w, x, y, z)
+    if unit is None:
+        raise ValueError(f'not a rotation: quaternion {(w, x, y, z)} has norm '
+                         f'{math.hypot(w, x, y, z)}')
+    return unit
 
 
 def ros_to_ned_frd(x: float, y: float, z: float, w: float) -> Quaternion:
     """ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first)."""
-    # Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out (with the sign of w flipped, as
-    # canonical would): one conversion per lock-step frame, so written without the zeros.
-    h = _HALF_SQRT2
-    try:
-        return canonical((h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z))
-    except ValueError:
+    # Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out, made canonical: the frame loop's.
+    unit = _frame.ros_to_ned_frd(x, y, z, w)
+    if unit is None:
         # Name the orientation as received (the product has the same norm).
         raise ValueError(f'not a rotation: quaternion x, y, z, w {(x, y, z, w)} has norm '
-                         f'{math.hypot(x, y, z, w)}') from None
+                         f'{math.hypot(x, y, z, w)}')
+    return unit
 
 
 def quaternion_matrices(q: np.ndarray) -> np.ndarray:

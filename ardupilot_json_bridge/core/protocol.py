@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import struct
 from typing import List, Optional, Sequence, Tuple
 
+from ardupilot_json_bridge.compiled._frame import decode_servo, format_mandatory
+
 SERVO_MAGIC_16 = 18458
 SERVO_MAGIC_32 = 29569
 SERVO_PACKET_16 = struct.Struct('<HHI16H')
@@ -63,15 +65,11 @@ def _describe(data: bytes) -> str:
 
 def decode_servo_packet(data: bytes) -> ServoPacket:
     """Decode a 16- or 32-channel servo packet, or raise ServoPacketError saying why not."""
-    size = len(data)
-    magic = int.from_bytes(data[:2], 'little') if size >= 2 else None
-    if magic == SERVO_MAGIC_16 and size == SERVO_PACKET_16.size:
-        fields = SERVO_PACKET_16.unpack(data)
-    elif magic == SERVO_MAGIC_32 and size == SERVO_PACKET_32.size:
-        fields = SERVO_PACKET_32.unpack(data)
-    else:
+    fields = decode_servo(data)  # the frame loop's own decoder (compiled/_frame.c)
+    if fields is None:
+        magic = int.from_bytes(data[:2], 'little') if len(data) >= 2 else None
         raise ServoPacketError(_rejection_reason(data, magic), data)
-    return ServoPacket(frame_rate=fields[1], frame_count=fields[2], pwm=fields[3:])
+    return ServoPacket(*fields)
 
 
 def _rejection_reason(data: bytes, magic: Optional[int]) -> str:
@@ -153,21 +151,16 @@ def _array(values: Sequence[float]) -> str:
     return '[' + ','.join([repr(float(v)) for v in values]) + ']'
 
 
-# The mandatory keys in one format: a reply is built once per SITL frame, at up to 1200 Hz.
-# SITL keeps the timestamp and position as doubles (%r: every digit) and parses the rest into
-# floats with sscanf's %f; those are rounded to float32 here and written in 9 digits (%.9g),
+# The mandatory keys, the SensorReply field that holds each, and how many numbers it takes.
+# compiled/_frame.c writes them (format_mandatory), as the frame loop does: SITL keeps the
+# timestamp and position as doubles (%.17g: every digit of the double) and parses the rest
+# into floats with sscanf's %f; those are rounded to float32 and written in 9 digits (%.9g),
 # which read back to exactly that float. SITL holds the values it held from every digit,
 # except a value exactly halfway between two floats, which the cast rounds to even and a
 # parse of every digit rounds up or down by its further digits: one float32 step.
-MANDATORY_FORMAT = (
-    '\n{"timestamp":%r,"imu":{"gyro":[%.9g,%.9g,%.9g],"accel_body":[%.9g,%.9g,%.9g]},'
-    '"position":[%r,%r,%r],"quaternion":[%.9g,%.9g,%.9g,%.9g],"velocity":[%.9g,%.9g,%.9g]')
-# Each key, the SensorReply field that holds it, and how many numbers it takes.
 MANDATORY_FIELDS = (('timestamp', 'timestamp', 1), ('imu.gyro', 'gyro', 3),
                     ('imu.accel_body', 'accel_body', 3), ('position', 'position', 3),
                     ('quaternion', 'quaternion', 4), ('velocity', 'velocity', 3))
-# As SITL stores them: a C cast to float rounds to nearest, as SITL's own parse does.
-MANDATORY_STORAGE = struct.Struct('<d6f3d7f')
 
 
 def _mandatory(reply: SensorReply) -> str:
@@ -177,20 +170,17 @@ def _mandatory(reply: SensorReply) -> str:
         px, py, pz = reply.position
         qw, qx, qy, qz = reply.quaternion
         vx, vy, vz = reply.velocity
-        stored = MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(
-            reply.timestamp, gx, gy, gz, ax, ay, az, px, py, pz, qw, qx, qy, qz, vx, vy, vz))
-    except (ValueError, TypeError, struct.error, OverflowError):  # beyond float32, or no number
-        stored = _stored_mandatory(reply)
-    text = MANDATORY_FORMAT % stored
-    # No key holds 'nan', 'inf' or 'e+', so the text shows at once whether a value may be wrong.
-    if 'nan' in text or 'inf' in text or 'e+' in text or stored[0] < 0.0:
-        _stored_mandatory(reply)
+        text = format_mandatory(reply.timestamp, gx, gy, gz, ax, ay, az, px, py, pz,
+                                qw, qx, qy, qz, vx, vy, vz)
+    except (ValueError, TypeError, OverflowError):  # no number, or not as many
+        text = None
+    if text is None:
+        _refuse(reply)
     return text
 
 
-def _stored_mandatory(reply: SensorReply) -> Tuple[float, ...]:
-    """Return the values as SITL stores them; raise ReplyError saying which is wrong, if one is."""
-    values: List[float] = []
+def _refuse(reply: SensorReply) -> None:
+    """Raise ReplyError saying which mandatory value cannot be sent."""
     for key, name, count in MANDATORY_FIELDS:
         field = getattr(reply, name)
         try:
@@ -201,10 +191,9 @@ def _stored_mandatory(reply: SensorReply) -> Tuple[float, ...]:
             raise ReplyError(f'{key} is not {count} number(s): {field!r}')
         if not all(map(_finite, numbers)):
             raise ReplyError(f'{key} is not finite: {field!r}')
-        values.extend(numbers)
-    if values[0] < 0.0:
-        raise ReplyError(f'timestamp is not a finite physics time: {values[0]!r}')
-    return MANDATORY_STORAGE.unpack(MANDATORY_STORAGE.pack(*values))
+    if not _float(reply.timestamp) >= 0.0:
+        raise ReplyError(f'timestamp is not a finite physics time: {reply.timestamp!r}')
+    raise ReplyError(f'the reply cannot be written: {reply!r}')
 
 
 def _float(value: object) -> float:

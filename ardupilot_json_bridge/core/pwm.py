@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import enum
 from typing import Dict, List, Sequence, Tuple
 
+from ardupilot_json_bridge.compiled._frame import PwmMap, scale_pwm
+
 
 class OutputKind(enum.Enum):
     """The message a group of outputs is published as."""
@@ -37,9 +39,8 @@ class ChannelScaling:
     offset: float = 0.0
 
     def command(self, pwm: float) -> float:
-        raw = (pwm - self.servo_min) / (self.servo_max - self.servo_min)
-        raw = 0.0 if raw < 0.0 else 1.0 if raw > 1.0 else raw
-        return self.multiplier * (raw + self.offset)
+        """Return the command of one PWM value (the frame loop's formula, compiled/_frame.c)."""
+        return scale_pwm(pwm, self.servo_min, self.servo_max, self.multiplier, self.offset)
 
 
 @dataclass(frozen=True)
@@ -66,21 +67,14 @@ class ActuatorMapper:
 
     def __init__(self, groups: Sequence[OutputGroup]) -> None:
         self.groups = tuple(groups)
-        # Every group's outputs in order, as one plan and one list of held values.
-        self._plan = tuple((channel, scaling) for g in self.groups
-                           for channel, scaling in zip(g.channels, g.scalings))
-        self._values = [g.initial for g in self.groups for _ in g.channels]
+        # Every group's outputs in order, with their held values, as the frame loop maps them.
+        self.pwm_map = PwmMap(tuple(
+            (channel, s.servo_min, s.servo_max, s.multiplier, s.offset, g.initial)
+            for g in self.groups for channel, s in zip(g.channels, g.scalings)))
 
     def commands(self, pwm: Sequence[int]) -> List[float]:
         """Every group's commands for one frame's PWM (index 0 is SERVO1), in group order."""
-        available = len(pwm)
-        values = self._values
-        for index, (channel, scaling) in enumerate(self._plan):
-            if channel <= available:
-                value = pwm[channel - 1]
-                if value:
-                    values[index] = scaling.command(value)
-        return list(values)
+        return self.pwm_map.commands(pwm)
 
     def apply(self, pwm: Sequence[int]) -> Dict[str, Tuple[float, ...]]:
         """Commands of every group for one frame's PWM, by group name."""

@@ -15,7 +15,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, TYPE_CHECKING
 
 from ardupilot_json_bridge.core.protocol import (
     decode_servo_packet, encode_reply, next_frame_datagram, ReplyError, ServoPacket,
@@ -31,6 +31,9 @@ from ardupilot_json_bridge.link.peer_lock import PeerLock, PeerVerdict
 from ardupilot_json_bridge.link.session import FrameKind, SitlSession
 from ardupilot_json_bridge.link.state_pacing import StatePacing, WaitCallback
 from ardupilot_json_bridge.link.udp_port import Address, bind_udp, MAX_DATAGRAM, wake
+
+if TYPE_CHECKING:
+    from ardupilot_json_bridge.link.compiled_frames import CompiledFrames
 
 RestartCallback = Callable[[], None]
 # A lock-step engine stepping the frame after packet's on a guess: the Instant it stepped to.
@@ -94,6 +97,8 @@ class SitlLink:
         self._released: Optional[Tuple[FrameInHand, bool]] = None
         # False where one thread serves many links (a fleet): no frame may wait for the state.
         self.may_wait = True
+        # A lone MuJoCo vehicle's plain frames served in C (link/compiled_frames.py), if any.
+        self.compiled: Optional['CompiledFrames'] = None
 
     def announce(self) -> None:
         """Say where the link listens (once, when its serving starts)."""
@@ -116,6 +121,8 @@ class SitlLink:
             if error is not None:
                 self.logger.warning(f'{self._prefix}could not wake the link thread: {error}')
             self._thread.join(timeout)
+        if self.compiled is not None:
+            self.compiled.close()
         self._sock.close()
 
     def __enter__(self) -> 'SitlLink':
@@ -147,6 +154,11 @@ class SitlLink:
     @on_wait.setter
     def on_wait(self, on_wait: Optional[WaitCallback]) -> None:
         self.pacing.on_wait = on_wait
+
+    @property
+    def plain(self) -> bool:
+        """Whether no frame is held, answered ahead or failed: the next frame is a plain one."""
+        return self._held is None and self._ahead is None and self._failed_frame is None
 
     @property
     def held(self) -> bool:
@@ -208,16 +220,34 @@ class SitlLink:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self.receive_one()
+            compiled = self.compiled
+            if compiled is None or not compiled.ready():
+                self.receive_one()
+                continue
+            try:
+                compiled.serve()
+            except Exception as error:
+                self.compiled = None
+                self.logger.error(f'{self._prefix}the compiled frame loop failed ({error!r}): '
+                                  'every frame is served in Python from now on')
+                self.logger.debug('traceback of the error above', exc_info=True)
 
     def receive_one(self) -> None:
         """Read one datagram from the socket and handle it; a failure is said, not raised."""
         try:
             data, sender = self._sock.recvfrom(MAX_DATAGRAM)
         except OSError as error:
-            if not self._stopping.is_set():
-                self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
+            self.receive_failed(error)
             return
+        self.handle_received(data, sender)
+
+    def receive_failed(self, error: OSError) -> None:
+        """Say that reading the socket failed (rate-limited), unless the link is stopping."""
+        if not self._stopping.is_set():
+            self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
+
+    def handle_received(self, data: bytes, sender: Tuple) -> None:
+        """Handle a datagram read from the socket; a failure is said, not raised."""
         if self._stopping.is_set():
             return
         try:

@@ -133,6 +133,21 @@ class MujocoLockStep:
                 self.logger.warning('cannot open the MuJoCo viewer (no display?): running '
                                     'headless')
 
+    @property
+    def plain(self) -> bool:
+        """Whether a frame was stepped and nothing is held or stepped ahead (a plain session)."""
+        return self._ahead is None and self._held is None and self._stepped is not None
+
+    @property
+    def viewing(self) -> bool:
+        """Whether MuJoCo's viewer shows the vehicle."""
+        return self._viewer is not None
+
+    def stepped_in_c(self, packet: ServoPacket, commands: List[float]) -> None:
+        """Frames up to packet were stepped by the compiled frame loop, the last with commands."""
+        self._stepped = (packet, commands)
+        self._pending = None
+
     def on_frame(self, packet: ServoPacket) -> Union[Instant, Held, None]:
         """
         Apply the frame's PWM, step one frame period; return the instant to answer with.

@@ -25,7 +25,10 @@ What a vehicle needs (a boat or a sub is one more model file and one more preset
   VEHICLES naming both.
 """
 
+import ctypes
 from dataclasses import dataclass
+import functools
+import glob
 import logging
 import math
 import os
@@ -33,6 +36,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ardupilot_json_bridge.compiled import _frame
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.sources.fixed_wing import Coefficients, FixedWing
 from ardupilot_json_bridge.sources.wind import Wind, WindSnapshot
@@ -65,6 +69,48 @@ def _mujoco():
     except ImportError:
         raise VehicleError(MUJOCO_MISSING) from None
     return mujoco
+
+
+# The MuJoCo functions the compiled frame calls, from the wheel's own library.
+MUJOCO_FUNCTIONS = ('mj_step', 'mj_step2', 'mj_forward', 'mj_getState')
+
+
+@functools.lru_cache(maxsize=None)
+def mujoco_functions() -> Tuple[int, ...]:
+    """
+    Return the addresses of MUJOCO_FUNCTIONS in the library the mujoco bindings use.
+
+    The compiled frame (compiled/_frame.c) steps the bindings' own model and data through
+    them, so it needs no MuJoCo header to build; the library must be the bindings' version.
+    """
+    mujoco = _mujoco()
+    folder = os.path.dirname(mujoco.__file__)
+    paths = sorted(path for pattern in ('libmujoco.so*', 'libmujoco*.dylib', 'mujoco.dll')
+                   for path in glob.glob(os.path.join(folder, pattern)))
+    if not paths:
+        raise VehicleError(f'the mujoco package in {folder} ships no MuJoCo library to step '
+                           'with: reinstall it with pip install mujoco')
+    library = ctypes.CDLL(paths[0])
+    if library.mj_version() != mujoco.mj_version():
+        raise VehicleError(f'{paths[0]} is MuJoCo {library.mj_version()}, the bindings '
+                           f'{mujoco.mj_version()}: reinstall mujoco')
+    return tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                 for name in MUJOCO_FUNCTIONS)
+
+
+def frame_steps(duration: float, nominal_step: float) -> Tuple[int, float]:
+    """Return the whole number of steps near nominal_step making up duration, and their step."""
+    count = max(1, round(duration / nominal_step))
+    return count, duration / count
+
+
+def reading_state(reading: Sequence[float], wind: Tuple[float, float, float] = (0.0, 0.0, 0.0),
+                  airspeed: Optional[float] = None) -> 'VehicleState':
+    """Return the VehicleState of a compiled reading (_frame.Vehicle.read, the frame loop)."""
+    t, px, py, pz, x, y, z, w, vx, vy, vz, gx, gy, gz, ax, ay, az = reading
+    return VehicleState(time=t, position=(px, py, pz), orientation=(x, y, z, w),
+                        velocity=(vx, vy, vz), body_rates=(gx, gy, gz),
+                        specific_force=(ax, ay, az), wind=wind, airspeed=airspeed)
 
 
 @dataclass(slots=True)
@@ -235,17 +281,16 @@ class MujocoVehicle:
         self._accel = self._sensor('accelerometer')
         self.wind = Wind()
         self.aero = self._force_model()
-        self.commands = [0.0] * self.actuator_count
-        self.speeds = [0.0] * self.actuator_count
+        # The commands and the rotors' speeds, where the compiled frame reads and sets them.
+        self._commands = np.zeros(self.actuator_count)
+        self._speeds = np.zeros(self.actuator_count)
+        self.kernel = self._compiled()
         self.steps = 0
         # Times MuJoCo found the world diverged and reset it (advance_together).
         self.divergences = 0
         self.warnings = RateLimitedLog(logging.getLogger('ardupilot_json_bridge.mujoco'))
         # MuJoCo's RK4 as the int model.opt.integrator reads (an enum compares slower).
         self.rk4 = int(mujoco.mjtIntegrator.mjINT_RK4)
-        # The step the rotors' lag per step (blend) was worked out for.
-        self._blend_step: Optional[float] = None
-        self._blend = 0.0
         # True while data holds mj_step1's results (mj_forward ran) at the current state.
         self.forwarded = False
         # Stepping ahead (a vehicle alone): what a step on a guess left behind, the data's
@@ -256,6 +301,36 @@ class MujocoVehicle:
         self._state_behind: Optional[np.ndarray] = None
         if world is None:
             self.reset()
+
+    def _compiled(self) -> '_frame.Vehicle':
+        """Return the compiled vehicle: actuators, rotors and sensors as addresses in data."""
+        model, data = self.model, self.data
+        if self._gyro.stop - self._gyro.start != 3 or self._accel.stop - self._accel.start != 3:
+            raise VehicleError(f'{self.path}: the gyro and the accelerometer read 3 values')
+
+        def at(array: np.ndarray, index: int) -> int:
+            return array.ctypes.data + index * array.itemsize
+
+        sensors = data.sensordata
+        pointers = (model._address, data._address, at(data.ctrl, self._ctrl.start),
+                    at(data.qpos, self._qpos), at(data.qvel, self._qvel),
+                    at(sensors, self._gyro.start), at(sensors, self._accel.start),
+                    at(self._commands, 0), at(self._speeds, 0))
+        thrust, time_constant = ((self.thrust_coefficient, self.time_constant)
+                                 if self.rotor_count else (0.0, 1.0))
+        return _frame.Vehicle((model, data, self._commands, self._speeds), mujoco_functions(),
+                              pointers, self.rotors, self.lower, self.upper, thrust,
+                              time_constant)
+
+    @property
+    def commands(self) -> list:
+        """Actuator commands, in their units, as last set (clamped into their bounds)."""
+        return self._commands.tolist()
+
+    @property
+    def speeds(self) -> list:
+        """Rotor speeds in rad/s (0 for other actuators)."""
+        return self._speeds.tolist()
 
     def _numeric(self, name: str) -> float:
         index = self._mujoco.mj_name2id(self.model, self._mujoco.mjtObj.mjOBJ_NUMERIC, name)
@@ -316,8 +391,8 @@ class MujocoVehicle:
                 data.qpos[start:start + sizes[0]] = model.qpos0[start:start + sizes[0]]
                 data.qvel[dof:dof + sizes[1]] = 0.0
             data.ctrl[self._ctrl] = 0.0
-        self.commands[:] = [0.0] * self.actuator_count
-        self.speeds[:] = [0.0] * self.actuator_count
+        self._commands[:] = 0.0
+        self._speeds[:] = 0.0
         self._mujoco.mj_forward(model, data)
         self.forwarded = True
 
@@ -337,7 +412,7 @@ class MujocoVehicle:
         if self._state_behind is None:
             self._state_behind = np.empty(mujoco.mj_stateSize(model, self._integration))
         mujoco.mj_getState(model, self.data, self._state_behind, self._integration)
-        self._behind = (tuple(self.speeds), self.steps, self.forwarded, self.wind.snapshot(),
+        self._behind = (self._speeds.copy(), self.steps, self.forwarded, self.wind.snapshot(),
                         None if self.aero is None else self.aero.airspeed)
         try:
             self.advance(duration)
@@ -360,19 +435,16 @@ class MujocoVehicle:
         mujoco.mj_setState(model, data, self._state_behind, self._integration)
         if self.forwarded:
             mujoco.mj_forward(model, data)
-        self.speeds[:] = speeds
+        self._speeds[:] = speeds
         self.wind.restore(wind)
         if self.aero is not None:
             self.aero.airspeed = airspeed
 
     def set_commands(self, values: Sequence[float]) -> None:
         """Actuator i's command, in its unit (rotor rad/s, joint rad or rad/s), for each i."""
-        values = [float(value) for value in values[:self.actuator_count]]
-        if not all(map(math.isfinite, values)):
+        if not self.kernel.set_commands(values):
+            values = [float(value) for value in values[:self.actuator_count]]
             raise VehicleError(f'actuator commands are not finite: {values}')
-        commands, lower, upper = self.commands, self.lower, self.upper
-        for index, value in enumerate(values):
-            commands[index] = min(max(value, lower[index]), upper[index])
 
     def set_rotor_speeds(self, speeds: Sequence[float]) -> None:
         """Rotor speeds in rad/s: set_commands for a vehicle whose actuators are all rotors."""
@@ -382,42 +454,16 @@ class MujocoVehicle:
         """Step the physics by duration (a whole number of steps near the model's own)."""
         advance_together((self,), duration)
 
-    def _prepare(self, step: float) -> None:
-        """Before a frame's steps: the rotors' lag per step, or the servos' commands."""
-        if self.rotor_count:
-            if step != self._blend_step:
-                self._blend_step = step
-                self._blend = 1.0 - math.exp(-step / self.time_constant)
-        else:
-            self.data.ctrl[self._ctrl] = self.commands
-
-    def _before_step(self, step: float) -> None:
-        """Before each step: the vehicle's own forces and its rotors' thrust."""
+    def _apply_forces(self, step: float) -> None:
+        """Before each step: the vehicle's own forces (a force model MuJoCo does not have)."""
         data = self.data
-        if self.aero is not None:
-            self.aero.apply(data.qpos[self._qpos:], data.qvel[self._qvel:],
-                            data.xfrc_applied, self.wind.step(step))
-        if self.rotor_count:
-            rotors, commands, blend = self.rotors, self.commands, self._blend
-            speeds = [speed + blend * (command - speed) if rotor else speed
-                      for rotor, speed, command in zip(rotors, self.speeds, commands)]
-            self.speeds[:] = speeds
-            thrust = self.thrust_coefficient
-            data.ctrl[self._ctrl] = [thrust * speed * speed if rotor else command
-                                     for rotor, speed, command in zip(rotors, speeds, commands)]
+        self.aero.apply(data.qpos[self._qpos:], data.qvel[self._qvel:], data.xfrc_applied,
+                        self.wind.step(step))
 
     def state(self) -> VehicleState:
         """Truth and sensors at the current time, in ROS conventions."""
-        data = self.data
-        px, py, pz, w, x, y, z = data.qpos[self._qpos:self._qpos + 7].tolist()
-        vx, vy, vz = data.qvel[self._qvel:self._qvel + 3].tolist()
-        sensors = data.sensordata.tolist()
-        return VehicleState(
-            time=float(data.time), position=(px, py, pz), orientation=(x, y, z, w),
-            velocity=(vx, vy, vz), body_rates=tuple(sensors[self._gyro]),
-            specific_force=tuple(sensors[self._accel]),
-            wind=tuple(self.wind.now.tolist()),
-            airspeed=None if self.aero is None else self.aero.airspeed)
+        return reading_state(self.kernel.read(), tuple(self.wind.now.tolist()),
+                             None if self.aero is None else self.aero.airspeed)
 
     def view(self) -> Optional[object]:
         """Show MuJoCo's passive viewer on this model, or None where no display can open."""
@@ -442,22 +488,17 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     """
     first = vehicles[0]
     mujoco, model, data = first._mujoco, first.model, first.data
-    count = max(1, round(duration / first.nominal_step))
-    step = duration / count
+    count, step = frame_steps(duration, first.nominal_step)
     end = data.time + count * step
     # Read every time, as the step is set: a viewer's physics panel may change either.
     model.opt.timestep = step
     # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
     split = first.forwarded and model.opt.integrator != first.rk4
-    for vehicle in vehicles:
-        vehicle._prepare(step)
-    for index in range(count):
-        for vehicle in vehicles:
-            vehicle._before_step(step)
-        if index == 0 and split:
-            mujoco.mj_step2(model, data)
-        else:
-            mujoco.mj_step(model, data)
+    # The rotors' lag, their thrust and the step in C (the frame loop's own); a force model
+    # runs before each of its vehicle's steps.
+    hooks = tuple(None if vehicle.aero is None else
+                  functools.partial(vehicle._apply_forces, step) for vehicle in vehicles)
+    _frame.advance(tuple(vehicle.kernel for vehicle in vehicles), hooks, count, step, split)
     for vehicle in vehicles:
         vehicle.steps += count
     if data.time < end - 0.5 * step:
@@ -483,8 +524,8 @@ def _diverged(vehicles: Sequence[MujocoVehicle], end: float) -> None:
             warning.number = 0
     data.time = end
     for vehicle in vehicles:
-        vehicle.commands[:] = [0.0] * vehicle.actuator_count
-        vehicle.speeds[:] = [0.0] * vehicle.actuator_count
+        vehicle._commands[:] = 0.0
+        vehicle._speeds[:] = 0.0
         vehicle.divergences += 1
     first.warnings.error('diverged', f'MuJoCo diverged ({"; ".join(causes) or "unstable"}) '
                                      f'and reset {first.path} to its start at {end:.3f} s of '

@@ -1,0 +1,1012 @@
+/*
+ * A lock-step frame's hot path, compiled (issue 32): each rule written once, here.
+ *
+ * The Python modules that own a rule call it from here (core/protocol.py: the servo packet
+ * and the reply's mandatory values; core/frames.py: ROS to ArduPilot conventions; core/pwm.py:
+ * PWM to commands; sources/mujoco_vehicle.py: the rotors' lag, the step and the sensors), and
+ * FrameLoop serves SITL with the same code where no interpreter runs: datagram in, PWM to
+ * commands, physics, sensors, reply out, for the plain next frame of a session. Anything else
+ * (a first frame, a restart, a resend, a stranger, a bad packet) goes back to the Python link
+ * (link/compiled_frames.py), which drains the frames served meanwhile into its bookkeeping.
+ *
+ * MuJoCo is reached through the functions of the wheel's own library and the bindings' own
+ * model and data (their addresses, from Python): no MuJoCo header is needed to build this.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define MAGIC_16 18458
+#define MAGIC_32 29569
+#define SERVO_HEADER 8
+#define MAX_CHANNELS 32
+#define MAX_ACTUATORS 64
+#define MAX_DATAGRAM 65536
+#define REPLY_CAPACITY 640
+/* SITL stores most values as float32: anything larger would read back as infinity. */
+#define FLOAT32_MAX 3.4028234663852886e38
+#define HALF_SQRT2 0.70710678118654757
+#define MJ_STATE_TIME 1
+
+typedef void (*mj_step_fn)(const void *model, void *data);
+typedef void (*mj_get_state_fn)(const void *model, const void *data, double *state, int spec);
+
+/* ---- The servo packet ------------------------------------------------------------------ */
+
+typedef struct {
+  unsigned rate;
+  uint32_t count;
+  int channels;
+  uint16_t pwm[MAX_CHANNELS];
+} Servo;
+
+/* Little-endian unsigned integers of the servo packet, whatever the host's byte order. */
+static uint32_t little(const uint8_t *bytes, int size) {
+  uint32_t value = 0;
+  for (int i = size - 1; i >= 0; i--) value = value << 8 | bytes[i];
+  return value;
+}
+
+/* Decode a 16- or 32-channel servo packet; 0 where data is none. */
+static int decode_servo(const uint8_t *data, Py_ssize_t size, Servo *servo) {
+  if (size < 2) return 0;
+  unsigned magic = little(data, 2);
+  int channels = magic == MAGIC_16 && size == SERVO_HEADER + 32   ? 16
+                 : magic == MAGIC_32 && size == SERVO_HEADER + 64 ? 32
+                                                                  : 0;
+  if (!channels) return 0;
+  servo->rate = little(data + 2, 2);
+  servo->count = little(data + 4, 4);
+  servo->channels = channels;
+  for (int i = 0; i < channels; i++) servo->pwm[i] = (uint16_t)little(data + SERVO_HEADER + 2 * i, 2);
+  return 1;
+}
+
+static PyObject *py_decode_servo(PyObject *module, PyObject *arg) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+  Servo servo;
+  int ok = decode_servo(view.buf, view.len, &servo);
+  PyBuffer_Release(&view);
+  if (!ok) Py_RETURN_NONE;
+  PyObject *pwm = PyTuple_New(servo.channels);
+  if (!pwm) return NULL;
+  for (int i = 0; i < servo.channels; i++) PyTuple_SET_ITEM(pwm, i, PyLong_FromLong(servo.pwm[i]));
+  return Py_BuildValue("(IkN)", servo.rate, (unsigned long)servo.count, pwm);
+}
+
+/* ---- The reply's mandatory values -------------------------------------------------------- */
+
+/*
+ * timestamp, gyro[3], accel_body[3], position[3], quaternion[4], velocity[3]. SITL keeps the
+ * timestamp and position as doubles (every digit: %.17g reads back to the same double) and
+ * parses the rest into floats with sscanf's %f: those are rounded to float32 here and written
+ * in 9 digits (%.9g), which read back to exactly that float.
+ */
+#define MANDATORY_VALUES 17
+
+static int sendable(const double *values) {
+  for (int i = 0; i < MANDATORY_VALUES; i++)
+    if (!(values[i] >= -FLOAT32_MAX && values[i] <= FLOAT32_MAX)) return 0;
+  return values[0] >= 0.0;
+}
+
+/* Write the reply's mandatory part (no closing brace); its length, or -1 if not sendable. */
+static int format_mandatory(char *out, size_t capacity, const double *v) {
+  if (!sendable(v)) return -1;
+  float f[MANDATORY_VALUES];
+  for (int i = 0; i < MANDATORY_VALUES; i++) f[i] = (float)v[i];
+  int size = snprintf(
+      out, capacity,
+      "\n{\"timestamp\":%.17g,\"imu\":{\"gyro\":[%.9g,%.9g,%.9g],\"accel_body\":[%.9g,%.9g,%.9g]},"
+      "\"position\":[%.17g,%.17g,%.17g],\"quaternion\":[%.9g,%.9g,%.9g,%.9g],"
+      "\"velocity\":[%.9g,%.9g,%.9g]",
+      v[0], f[1], f[2], f[3], f[4], f[5], f[6], v[7], v[8], v[9], f[10], f[11], f[12], f[13],
+      f[14], f[15], f[16]);
+  return size > 0 && (size_t)size < capacity ? size : -1;
+}
+
+static PyObject *py_format_mandatory(PyObject *module, PyObject *args) {
+  double v[MANDATORY_VALUES];
+  if (!PyArg_ParseTuple(args, "ddddddddddddddddd", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                        &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13], &v[14],
+                        &v[15], &v[16]))
+    return NULL;
+  char text[REPLY_CAPACITY];
+  int size = format_mandatory(text, sizeof(text), v);
+  if (size < 0) Py_RETURN_NONE;
+  return PyUnicode_FromStringAndSize(text, size);
+}
+
+/* ---- ROS conventions to ArduPilot's ------------------------------------------------------- */
+
+/* ENU world to NED: (x, y, z) -> (y, x, -z). */
+static void enu_to_ned(const double *in, double *out) {
+  double x = in[0], y = in[1], z = in[2];
+  out[0] = y;
+  out[1] = x;
+  out[2] = -z;
+}
+
+/* FLU body to FRD: (x, y, z) -> (x, -y, -z). */
+static void flu_to_frd(const double *in, double *out) {
+  out[0] = in[0];
+  out[1] = -in[1];
+  out[2] = -in[2];
+}
+
+/*
+ * ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first, w >= 0):
+ * Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out. 0 where it is no rotation.
+ */
+/* The unit quaternion with w >= 0 (q and -q are the same rotation); 0 where it is none. */
+static int canonical(double w, double x, double y, double z, double *q) {
+  double norm = hypot(hypot(w, x), hypot(y, z));
+  if (!isfinite(norm) || norm < 1e-9) return 0;
+  if (w < 0.0) norm = -norm;
+  q[0] = w / norm;
+  q[1] = x / norm;
+  q[2] = y / norm;
+  q[3] = z / norm;
+  return 1;
+}
+
+static int ros_to_ned_frd(double x, double y, double z, double w, double *q) {
+  double h = HALF_SQRT2;
+  return canonical(h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z, q);
+}
+
+static PyObject *py_canonical(PyObject *module, PyObject *args) {
+  double w, x, y, z, q[4];
+  if (!PyArg_ParseTuple(args, "dddd", &w, &x, &y, &z)) return NULL;
+  if (!canonical(w, x, y, z, q)) Py_RETURN_NONE;
+  return Py_BuildValue("(dddd)", q[0], q[1], q[2], q[3]);
+}
+
+static int vector_argument(PyObject *arg, double *out) {
+  PyObject *items = PySequence_Fast(arg, "a vector is a sequence of 3 numbers");
+  if (!items) return 0;
+  int ok = PySequence_Fast_GET_SIZE(items) >= 3;
+  if (!ok) PyErr_SetString(PyExc_IndexError, "a vector needs 3 numbers");
+  for (int i = 0; ok && i < 3; i++) {
+    out[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(items, i));
+    ok = !(out[i] == -1.0 && PyErr_Occurred());
+  }
+  Py_DECREF(items);
+  return ok;
+}
+
+static PyObject *py_enu_to_ned(PyObject *module, PyObject *arg) {
+  double in[3], out[3];
+  if (!vector_argument(arg, in)) return NULL;
+  enu_to_ned(in, out);
+  return Py_BuildValue("(ddd)", out[0], out[1], out[2]);
+}
+
+static PyObject *py_flu_to_frd(PyObject *module, PyObject *arg) {
+  double in[3], out[3];
+  if (!vector_argument(arg, in)) return NULL;
+  flu_to_frd(in, out);
+  return Py_BuildValue("(ddd)", out[0], out[1], out[2]);
+}
+
+static PyObject *py_ros_to_ned_frd(PyObject *module, PyObject *args) {
+  double x, y, z, w, q[4];
+  if (!PyArg_ParseTuple(args, "dddd", &x, &y, &z, &w)) return NULL;
+  if (!ros_to_ned_frd(x, y, z, w, q)) Py_RETURN_NONE;
+  return Py_BuildValue("(dddd)", q[0], q[1], q[2], q[3]);
+}
+
+/* ---- PWM to commands ---------------------------------------------------------------------- */
+
+/*
+ * ardupilot_gazebo's formula: raw = clamp((pwm - servo_min) / (servo_max - servo_min), 0, 1),
+ * command = multiplier * (raw + offset). PWM 0 (SITL drives nothing) keeps the last command.
+ */
+typedef struct {
+  PyObject_HEAD int outputs;
+  int channel[MAX_ACTUATORS];
+  double low[MAX_ACTUATORS], high[MAX_ACTUATORS], multiplier[MAX_ACTUATORS],
+      offset[MAX_ACTUATORS], value[MAX_ACTUATORS];
+} PwmMap;
+
+static double scale_pwm(double pwm, double low, double high, double multiplier, double offset) {
+  double raw = (pwm - low) / (high - low);
+  raw = raw < 0.0 ? 0.0 : raw > 1.0 ? 1.0 : raw;
+  return multiplier * (raw + offset);
+}
+
+static void map_pwm(PwmMap *map, const int *pwm, int available) {
+  for (int i = 0; i < map->outputs; i++) {
+    int channel = map->channel[i];
+    if (channel <= available && pwm[channel - 1])
+      map->value[i] = scale_pwm(pwm[channel - 1], map->low[i], map->high[i], map->multiplier[i],
+                                map->offset[i]);
+  }
+}
+
+static PyObject *py_scale_pwm(PyObject *module, PyObject *args) {
+  double pwm, low, high, multiplier, offset;
+  if (!PyArg_ParseTuple(args, "ddddd", &pwm, &low, &high, &multiplier, &offset)) return NULL;
+  return PyFloat_FromDouble(scale_pwm(pwm, low, high, multiplier, offset));
+}
+
+static int PwmMap_init(PwmMap *self, PyObject *args, PyObject *kwargs) {
+  PyObject *plan;
+  if (!PyArg_ParseTuple(args, "O", &plan)) return -1;
+  PyObject *items = PySequence_Fast(plan, "the plan is a sequence of (channel, servo_min, "
+                                          "servo_max, multiplier, offset, initial)");
+  if (!items) return -1;
+  Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+  if (count > MAX_ACTUATORS) {
+    Py_DECREF(items);
+    PyErr_Format(PyExc_ValueError, "at most %d outputs, not %zd", MAX_ACTUATORS, count);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < count; i++) {
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "iddddd", &self->channel[i],
+                          &self->low[i], &self->high[i], &self->multiplier[i], &self->offset[i],
+                          &self->value[i])) {
+      Py_DECREF(items);
+      return -1;
+    }
+    if (self->channel[i] < 1) {
+      Py_DECREF(items);
+      PyErr_Format(PyExc_ValueError, "SERVO channels count from 1, not %d", self->channel[i]);
+      return -1;
+    }
+  }
+  self->outputs = (int)count;
+  Py_DECREF(items);
+  return 0;
+}
+
+static PyObject *PwmMap_commands(PwmMap *self, PyObject *arg) {
+  PyObject *items = PySequence_Fast(arg, "PWM is a sequence of integers");
+  if (!items) return NULL;
+  Py_ssize_t available = PySequence_Fast_GET_SIZE(items);
+  int pwm[MAX_CHANNELS];
+  int usable = available < MAX_CHANNELS ? (int)available : MAX_CHANNELS;
+  for (int i = 0; i < usable; i++) {
+    long value = PyLong_AsLong(PySequence_Fast_GET_ITEM(items, i));
+    if (value == -1 && PyErr_Occurred()) {
+      Py_DECREF(items);
+      return NULL;
+    }
+    pwm[i] = (int)value;
+  }
+  Py_DECREF(items);
+  map_pwm(self, pwm, usable);
+  PyObject *result = PyList_New(self->outputs);
+  if (!result) return NULL;
+  for (int i = 0; i < self->outputs; i++) PyList_SET_ITEM(result, i, PyFloat_FromDouble(self->value[i]));
+  return result;
+}
+
+static PyMethodDef PwmMap_methods[] = {
+    {"commands", (PyCFunction)PwmMap_commands, METH_O,
+     "Every output's command for one frame's PWM (index 0 is SERVO1), holding PWM-0 outputs."},
+    {NULL}};
+
+static PyTypeObject PwmMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ardupilot_json_bridge.compiled._frame.PwmMap",
+    .tp_basicsize = sizeof(PwmMap),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PWM to commands: PwmMap(((channel, servo_min, servo_max, multiplier, offset, "
+              "initial), ...)).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PwmMap_init,
+    .tp_methods = PwmMap_methods,
+};
+
+/* ---- A MuJoCo vehicle: commands in, physics stepped, sensors out ---------------------------- */
+
+typedef struct {
+  mj_step_fn step, step2, forward;
+  mj_get_state_fn get_state;
+} Mujoco;
+
+typedef struct {
+  PyObject_HEAD PyObject *keep; /* the model, the data and the arrays pointed into */
+  Mujoco mj;
+  void *model, *data;
+  double *ctrl, *qpos, *qvel, *gyro, *accel, *commands, *speeds;
+  int actuators, rotors;
+  unsigned char rotor[MAX_ACTUATORS];
+  double lower[MAX_ACTUATORS], upper[MAX_ACTUATORS];
+  double thrust, time_constant, blend, blend_step;
+} Vehicle;
+
+static double *address(PyObject *value) {
+  unsigned long long pointer = PyLong_AsUnsignedLongLong(value);
+  return pointer == (unsigned long long)-1 && PyErr_Occurred() ? NULL : (double *)(uintptr_t)pointer;
+}
+
+/*
+ * Vehicle(keep, functions, pointers, rotors, lower, upper, thrust, time_constant):
+ * functions the addresses of mj_step, mj_step2, mj_forward and mj_getState; pointers those of
+ * the model, the data, and the vehicle's ctrl, qpos, qvel, gyro and accelerometer readings,
+ * commands and rotor speeds (float64).
+ */
+static int Vehicle_init(Vehicle *self, PyObject *args, PyObject *kwargs) {
+  PyObject *keep, *functions, *pointers, *rotors, *lower, *upper;
+  if (!PyArg_ParseTuple(args, "OOOOOOdd", &keep, &functions, &pointers, &rotors, &lower, &upper,
+                        &self->thrust, &self->time_constant))
+    return -1;
+  void *f[4], *p[9];
+  if (!PyTuple_Check(functions) || PyTuple_GET_SIZE(functions) != 4 || !PyTuple_Check(pointers) ||
+      PyTuple_GET_SIZE(pointers) != 9) {
+    PyErr_SetString(PyExc_ValueError, "4 function and 9 data addresses");
+    return -1;
+  }
+  for (int i = 0; i < 4; i++)
+    if (!(f[i] = address(PyTuple_GET_ITEM(functions, i)))) return -1;
+  for (int i = 0; i < 9; i++)
+    if (!(p[i] = address(PyTuple_GET_ITEM(pointers, i)))) return -1;
+  self->mj.step = (mj_step_fn)f[0];
+  self->mj.step2 = (mj_step_fn)f[1];
+  self->mj.forward = (mj_step_fn)f[2];
+  self->mj.get_state = (mj_get_state_fn)f[3];
+  self->model = p[0];
+  self->data = p[1];
+  self->ctrl = p[2];
+  self->qpos = p[3];
+  self->qvel = p[4];
+  self->gyro = p[5];
+  self->accel = p[6];
+  self->commands = p[7];
+  self->speeds = p[8];
+  Py_ssize_t count = PySequence_Size(rotors);
+  if (count < 1 || count > MAX_ACTUATORS || PySequence_Size(lower) != count ||
+      PySequence_Size(upper) != count) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "1 to 64 actuators, each bounded");
+    return -1;
+  }
+  self->actuators = (int)count;
+  self->rotors = 0;
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject *item = PySequence_GetItem(rotors, i);
+    self->rotor[i] = item && PyObject_IsTrue(item) == 1;
+    self->rotors += self->rotor[i];
+    Py_XDECREF(item);
+    PyObject *low = PySequence_GetItem(lower, i), *high = PySequence_GetItem(upper, i);
+    self->lower[i] = low ? PyFloat_AsDouble(low) : NAN;
+    self->upper[i] = high ? PyFloat_AsDouble(high) : NAN;
+    Py_XDECREF(low);
+    Py_XDECREF(high);
+    if (PyErr_Occurred()) return -1;
+  }
+  self->blend_step = -1.0;
+  Py_XSETREF(self->keep, Py_NewRef(keep));
+  return 0;
+}
+
+static void Vehicle_dealloc(Vehicle *self) {
+  Py_XDECREF(self->keep);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Clamp finite commands into the actuators' bounds; 0 (nothing set) where one is not finite. */
+static int set_commands(Vehicle *vehicle, const double *values, int count) {
+  if (count > vehicle->actuators) count = vehicle->actuators;
+  for (int i = 0; i < count; i++)
+    if (!isfinite(values[i])) return 0;
+  for (int i = 0; i < count; i++) {
+    double value = values[i];
+    value = value < vehicle->lower[i] ? vehicle->lower[i] : value;
+    vehicle->commands[i] = value > vehicle->upper[i] ? vehicle->upper[i] : value;
+  }
+  return 1;
+}
+
+/* Before a frame's steps: the rotors' lag per step, or the servos' commands. */
+static void prepare(Vehicle *vehicle, double step) {
+  if (vehicle->rotors) {
+    if (step != vehicle->blend_step) {
+      vehicle->blend_step = step;
+      vehicle->blend = 1.0 - exp(-step / vehicle->time_constant);
+    }
+  } else {
+    memcpy(vehicle->ctrl, vehicle->commands, sizeof(double) * vehicle->actuators);
+  }
+}
+
+/* Before each step: each rotor's speed follows its command (first-order lag), thrust k w^2. */
+static void before_step(Vehicle *vehicle) {
+  if (!vehicle->rotors) return;
+  for (int i = 0; i < vehicle->actuators; i++) {
+    if (vehicle->rotor[i]) {
+      double speed = vehicle->speeds[i] + vehicle->blend * (vehicle->commands[i] - vehicle->speeds[i]);
+      vehicle->speeds[i] = speed;
+      vehicle->ctrl[i] = vehicle->thrust * speed * speed;
+    } else {
+      vehicle->ctrl[i] = vehicle->commands[i];
+    }
+  }
+}
+
+static double physics_time(Vehicle *vehicle) {
+  double time;
+  vehicle->mj.get_state(vehicle->model, vehicle->data, &time, MJ_STATE_TIME);
+  return time;
+}
+
+/*
+ * Step the world count steps of step seconds, each vehicle applying its commands every step
+ * (hooks[k], where not None, runs before each of vehicle k's steps: a force model MuJoCo does
+ * not have). The first step is mj_step2 alone where split (mj_forward ran at this state).
+ */
+static int advance_vehicles(Vehicle **vehicles, int count, PyObject **hooks, long steps,
+                            double step, int split) {
+  Vehicle *first = vehicles[0];
+  for (int k = 0; k < count; k++) prepare(vehicles[k], step);
+  for (long index = 0; index < steps; index++) {
+    for (int k = 0; k < count; k++) {
+      if (hooks && hooks[k] != Py_None) {
+        PyObject *result = PyObject_CallNoArgs(hooks[k]);
+        if (!result) return 0;
+        Py_DECREF(result);
+      }
+      before_step(vehicles[k]);
+    }
+    if (index == 0 && split)
+      first->mj.step2(first->model, first->data);
+    else
+      first->mj.step(first->model, first->data);
+  }
+  return 1;
+}
+
+/* The vehicle now, in ROS conventions: time, position, orientation x-y-z-w, velocity, rates,
+ * specific force. */
+#define READING_VALUES 17
+
+static void read_vehicle(Vehicle *vehicle, double *r) {
+  const double *qpos = vehicle->qpos, *qvel = vehicle->qvel;
+  r[0] = physics_time(vehicle);
+  r[1] = qpos[0];
+  r[2] = qpos[1];
+  r[3] = qpos[2];
+  r[4] = qpos[4];
+  r[5] = qpos[5];
+  r[6] = qpos[6];
+  r[7] = qpos[3];
+  for (int i = 0; i < 3; i++) {
+    r[8 + i] = qvel[i];
+    r[11 + i] = vehicle->gyro[i];
+    r[14 + i] = vehicle->accel[i];
+  }
+}
+
+static PyObject *reading_tuple(const double *r) {
+  PyObject *tuple = PyTuple_New(READING_VALUES);
+  if (!tuple) return NULL;
+  for (int i = 0; i < READING_VALUES; i++) PyTuple_SET_ITEM(tuple, i, PyFloat_FromDouble(r[i]));
+  return tuple;
+}
+
+static PyObject *Vehicle_set_commands(Vehicle *self, PyObject *arg) {
+  PyObject *items = PySequence_Fast(arg, "commands are a sequence of numbers");
+  if (!items) return NULL;
+  int count = (int)PySequence_Fast_GET_SIZE(items);
+  if (count > self->actuators) count = self->actuators;
+  double values[MAX_ACTUATORS];
+  for (int i = 0; i < count; i++) {
+    values[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(items, i));
+    if (values[i] == -1.0 && PyErr_Occurred()) {
+      Py_DECREF(items);
+      return NULL;
+    }
+  }
+  Py_DECREF(items);
+  return PyBool_FromLong(set_commands(self, values, count));
+}
+
+static PyObject *Vehicle_read(Vehicle *self, PyObject *unused) {
+  double reading[READING_VALUES];
+  read_vehicle(self, reading);
+  return reading_tuple(reading);
+}
+
+static PyObject *Vehicle_forward(Vehicle *self, PyObject *unused) {
+  self->mj.forward(self->model, self->data);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Vehicle_methods[] = {
+    {"set_commands", (PyCFunction)Vehicle_set_commands, METH_O,
+     "Clamp the commands into the actuators' bounds; False (nothing set) where one is not "
+     "finite."},
+    {"read", (PyCFunction)Vehicle_read, METH_NOARGS,
+     "The vehicle now in ROS conventions: time, position, orientation x-y-z-w, velocity, body "
+     "rates, specific force."},
+    {"forward", (PyCFunction)Vehicle_forward, METH_NOARGS, "mj_forward at the current state."},
+    {NULL}};
+
+static PyTypeObject VehicleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ardupilot_json_bridge.compiled._frame.Vehicle",
+    .tp_basicsize = sizeof(Vehicle),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A MuJoCo vehicle's actuators and sensors, for stepping and reading in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Vehicle_init,
+    .tp_dealloc = (destructor)Vehicle_dealloc,
+    .tp_methods = Vehicle_methods,
+};
+
+/* advance(vehicles, hooks, steps, step, split): see advance_vehicles. */
+static PyObject *py_advance(PyObject *module, PyObject *args) {
+  PyObject *vehicles, *hooks;
+  long steps;
+  double step;
+  int split;
+  if (!PyArg_ParseTuple(args, "O!O!ldp", &PyTuple_Type, &vehicles, &PyTuple_Type, &hooks, &steps,
+                        &step, &split))
+    return NULL;
+  Py_ssize_t count = PyTuple_GET_SIZE(vehicles);
+  if (count < 1 || count > 1024 || PyTuple_GET_SIZE(hooks) != count) {
+    PyErr_SetString(PyExc_ValueError, "1 to 1024 vehicles, a hook (or None) for each");
+    return NULL;
+  }
+  Vehicle *each[1024];
+  int hooked = 0;
+  for (Py_ssize_t k = 0; k < count; k++) {
+    PyObject *item = PyTuple_GET_ITEM(vehicles, k);
+    if (!PyObject_TypeCheck(item, &VehicleType)) {
+      PyErr_SetString(PyExc_TypeError, "vehicles are compiled Vehicles");
+      return NULL;
+    }
+    each[k] = (Vehicle *)item;
+    hooked |= PyTuple_GET_ITEM(hooks, k) != Py_None;
+  }
+  int ok;
+  if (hooked) {
+    ok = advance_vehicles(each, (int)count, ((PyTupleObject *)hooks)->ob_item, steps, step, split);
+  } else {
+    Py_BEGIN_ALLOW_THREADS ok = advance_vehicles(each, (int)count, NULL, steps, step, split);
+    Py_END_ALLOW_THREADS
+  }
+  if (!ok) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* ---- The frame loop ------------------------------------------------------------------------ */
+
+/* One frame served by the loop, for the link's bookkeeping. */
+typedef struct {
+  uint32_t count;
+  int channels;
+  int answered, send_error;
+  double received, sent, timestamp;
+  double reading[READING_VALUES];
+  double commands[MAX_ACTUATORS];
+  uint16_t pwm[MAX_CHANNELS];
+  int reply_size;
+  char reply[REPLY_CAPACITY];
+} Served;
+
+/*
+ * Two batches: the loop fills one while the link's bookkeeping takes the other (take, done),
+ * so no reply waits for the interpreter. A full batch waits for the other to be taken.
+ */
+typedef struct {
+  PyObject_HEAD PyObject *vehicle, *map, *on_diverged;
+  int fd;
+  struct sockaddr_storage peer;
+  socklen_t peer_size;
+  int channels;
+  unsigned rate;
+  uint32_t last_frame;
+  long steps;
+  double step, origin, last_stamp;
+  int split;
+  int no_time_sync, no_lockstep;
+  int capacity;
+  Served *batch[2];
+  int filled[2];
+  int filling, pending, closed;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  int ready;
+  uint8_t datagram[MAX_DATAGRAM];
+  Py_ssize_t datagram_size;
+  struct sockaddr_storage sender;
+  socklen_t sender_size;
+} FrameLoop;
+
+static double monotonic(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec + now.tv_nsec * 1e-9;
+}
+
+static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
+  PyObject *vehicle, *on_diverged;
+  int capacity;
+  if (self->ready) {
+    PyErr_SetString(PyExc_RuntimeError, "a frame loop is made once");
+    return -1;
+  }
+  if (!PyArg_ParseTuple(args, "iO!Oipp", &self->fd, &VehicleType, &vehicle, &on_diverged,
+                        &capacity, &self->no_time_sync, &self->no_lockstep))
+    return -1;
+  if (capacity < 1 || capacity > 4096) {
+    PyErr_SetString(PyExc_ValueError, "a batch holds 1 to 4096 frames");
+    return -1;
+  }
+  for (int i = 0; i < 2; i++) {
+    self->batch[i] = PyMem_Calloc(capacity, sizeof(Served));
+    if (!self->batch[i]) {
+      PyErr_NoMemory();
+      return -1;
+    }
+  }
+  self->capacity = capacity;
+  self->pending = -1;
+  pthread_mutex_init(&self->lock, NULL);
+  pthread_cond_init(&self->changed, NULL);
+  self->ready = 1;
+  Py_XSETREF(self->vehicle, Py_NewRef(vehicle));
+  Py_XSETREF(self->on_diverged, Py_NewRef(on_diverged));
+  return 0;
+}
+
+static void FrameLoop_dealloc(FrameLoop *self) {
+  Py_XDECREF(self->vehicle);
+  Py_XDECREF(self->map);
+  Py_XDECREF(self->on_diverged);
+  PyMem_Free(self->batch[0]);
+  PyMem_Free(self->batch[1]);
+  if (self->ready) {
+    pthread_mutex_destroy(&self->lock);
+    pthread_cond_destroy(&self->changed);
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int same_address(const struct sockaddr_storage *a, socklen_t a_size,
+                        const struct sockaddr_storage *b, socklen_t b_size) {
+  if (a->ss_family != b->ss_family) return 0;
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+    return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+  }
+  if (a->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+    return x->sin6_port == y->sin6_port &&
+           !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+  }
+  return a_size == b_size && !memcmp(a, b, a_size);
+}
+
+/*
+ * resume(pwm_map, peer_host, peer_port, last_frame, channels, rate, steps, step, split, origin,
+ * last_stamp): where the session stands, as the Python link left it (every batch taken).
+ */
+static PyObject *FrameLoop_resume(FrameLoop *self, PyObject *args) {
+  PyObject *map;
+  const char *host;
+  int port, split;
+  unsigned long last_frame;
+  if (!self->ready) {
+    PyErr_SetString(PyExc_RuntimeError, "the frame loop was not made");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(args, "O!sikiIldpdd", &PwmMapType, &map, &host, &port, &last_frame,
+                        &self->channels, &self->rate, &self->steps, &self->step, &split,
+                        &self->origin, &self->last_stamp))
+    return NULL;
+  if (((PwmMap *)map)->outputs != ((Vehicle *)self->vehicle)->actuators) {
+    PyErr_SetString(PyExc_ValueError, "the PWM map's outputs are the vehicle's actuators");
+    return NULL;
+  }
+  if (self->steps < 1 || !(self->step > 0.0)) {
+    PyErr_SetString(PyExc_ValueError, "a frame is one or more steps of a positive length");
+    return NULL;
+  }
+  memset(&self->peer, 0, sizeof(self->peer));
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&self->peer;
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&self->peer;
+  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons((uint16_t)port);
+    self->peer_size = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons((uint16_t)port);
+    self->peer_size = sizeof(*v6);
+  } else {
+    PyErr_Format(PyExc_ValueError, "not a numeric IP address: %s", host);
+    return NULL;
+  }
+  Py_XSETREF(self->map, Py_NewRef(map));
+  self->last_frame = (uint32_t)last_frame;
+  self->split = split;
+  Py_RETURN_NONE;
+}
+
+/* Hand the batch being filled to the bookkeeping once the other is taken (the lock held). */
+static void hand_over(FrameLoop *self) {
+  while (self->pending >= 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
+  if (self->closed) {
+    self->filled[self->filling] = 0; /* no one takes it any more */
+    return;
+  }
+  self->pending = self->filling;
+  self->filling ^= 1;
+  self->filled[self->filling] = 0;
+  pthread_cond_broadcast(&self->changed);
+}
+
+enum Outcome { HANDED_BACK, RECEIVE_FAILED, UNANSWERED };
+
+/*
+ * Serve plain next frames until a datagram needs the Python link, without the GIL but for
+ * MuJoCo's divergence (rare): each frame's reply goes out before the next datagram is read.
+ */
+static enum Outcome serve_frames(FrameLoop *self, int *receive_error) {
+  Vehicle *vehicle = (Vehicle *)self->vehicle;
+  PwmMap *map = (PwmMap *)self->map;
+  for (;;) {
+    self->sender_size = sizeof(self->sender);
+    ssize_t size = recvfrom(self->fd, self->datagram, sizeof(self->datagram), 0,
+                            (struct sockaddr *)&self->sender, &self->sender_size);
+    if (size < 0) {
+      *receive_error = errno;
+      return RECEIVE_FAILED;
+    }
+    double received = monotonic();
+    self->datagram_size = size;
+    Servo servo;
+    if (!same_address(&self->sender, self->sender_size, &self->peer, self->peer_size) ||
+        !decode_servo(self->datagram, size, &servo) || servo.channels != self->channels ||
+        servo.rate != self->rate || self->last_frame == UINT32_MAX ||
+        servo.count != self->last_frame + 1)
+      return HANDED_BACK;
+    int pwm[MAX_CHANNELS];
+    for (int i = 0; i < servo.channels; i++) pwm[i] = servo.pwm[i];
+    map_pwm(map, pwm, servo.channels);
+    if (!set_commands(vehicle, map->value, map->outputs)) return HANDED_BACK;
+    double end = physics_time(vehicle) + self->steps * self->step;
+    advance_vehicles(&vehicle, 1, NULL, self->steps, self->step, self->split);
+    if (physics_time(vehicle) < end - 0.5 * self->step) {
+      PyGILState_STATE gil = PyGILState_Ensure();
+      PyObject *result = PyObject_CallFunction(self->on_diverged, "d", end);
+      Py_XDECREF(result);
+      PyErr_Clear(); /* the hook says what happened; the frame goes on as MuJoCo left it */
+      PyGILState_Release(gil);
+    }
+    vehicle->mj.forward(vehicle->model, vehicle->data);
+    self->split = 1;
+    self->last_frame = servo.count;
+    Served *frame = &self->batch[self->filling][self->filled[self->filling]];
+    frame->count = servo.count;
+    frame->channels = servo.channels;
+    memcpy(frame->pwm, servo.pwm, sizeof(uint16_t) * servo.channels);
+    memcpy(frame->commands, vehicle->commands, sizeof(double) * vehicle->actuators);
+    read_vehicle(vehicle, frame->reading);
+    frame->received = received;
+    frame->timestamp = frame->sent = NAN;
+    frame->answered = frame->send_error = 0;
+    frame->reply_size = 0;
+    /* The reply: NED/FRD, at the session's time; a frame that cannot have one gets none. */
+    const double *r = frame->reading;
+    double v[MANDATORY_VALUES];
+    double stamp = r[0];
+    int length = -1;
+    if (stamp > self->last_stamp) {
+      v[0] = frame->timestamp = stamp - self->origin;
+      flu_to_frd(r + 11, v + 1);
+      flu_to_frd(r + 14, v + 4);
+      enu_to_ned(r + 1, v + 7);
+      enu_to_ned(r + 8, v + 14);
+      if (ros_to_ned_frd(r[4], r[5], r[6], r[7], v + 10))
+        length = format_mandatory(frame->reply, sizeof(frame->reply) - 40, v);
+    }
+    if (length >= 0) {
+      length += snprintf(frame->reply + length, sizeof(frame->reply) - length, "%s%s}\n",
+                         self->no_time_sync ? ",\"no_time_sync\":1" : "",
+                         self->no_lockstep ? ",\"no_lockstep\":1" : "");
+      frame->reply_size = length;
+      frame->answered = 1;
+      self->last_stamp = stamp;
+      frame->sent = monotonic();
+      if (sendto(self->fd, frame->reply, length, 0, (struct sockaddr *)&self->peer,
+                 self->peer_size) < 0)
+        frame->send_error = errno;
+    }
+    pthread_mutex_lock(&self->lock);
+    if (++self->filled[self->filling] == self->capacity) hand_over(self);
+    pthread_mutex_unlock(&self->lock);
+    if (!frame->answered) return UNANSWERED; /* the link says why; SITL resends it */
+  }
+}
+
+/*
+ * serve() -> (outcome, detail): serve until a datagram needs the Python link (0: detail is
+ * (datagram, (host, port))), receiving failed (1: detail is errno) or a frame stepped could
+ * not be answered (2: the bookkeeping says why). Every frame served is bookkept (take, done)
+ * before serve returns.
+ */
+static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
+  enum Outcome outcome;
+  int receive_error = 0;
+  if (!self->map) {
+    PyErr_SetString(PyExc_RuntimeError, "resume() tells the frame loop where the session stands");
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS outcome = serve_frames(self, &receive_error);
+  pthread_mutex_lock(&self->lock);
+  if (self->filled[self->filling]) hand_over(self);
+  while (self->pending >= 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
+  pthread_mutex_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  if (outcome == RECEIVE_FAILED) return Py_BuildValue("(ii)", outcome, receive_error);
+  if (outcome == UNANSWERED) return Py_BuildValue("(iO)", outcome, Py_None);
+  char host[INET6_ADDRSTRLEN] = "";
+  int port = 0;
+  if (self->sender.ss_family == AF_INET) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&self->sender;
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+    port = ntohs(v4->sin_port);
+  } else if (self->sender.ss_family == AF_INET6) {
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&self->sender;
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+    port = ntohs(v6->sin6_port);
+  }
+  return Py_BuildValue("(i(y#(si)))", outcome, self->datagram, self->datagram_size, host, port);
+}
+
+/*
+ * take() -> (counts, pwm, commands, readings, timestamps, received, sent, send_errors,
+ * answered, last_reply), the next batch served, oldest first, once there is one; None once
+ * closed. done() after its bookkeeping frees it for the loop.
+ */
+static PyObject *FrameLoop_take(FrameLoop *self, PyObject *unused) {
+  if (!self->ready) {
+    PyErr_SetString(PyExc_RuntimeError, "the frame loop was not made");
+    return NULL;
+  }
+  int index;
+  Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+  while (self->pending < 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
+  index = self->pending;
+  pthread_mutex_unlock(&self->lock);
+  Py_END_ALLOW_THREADS
+  if (index < 0) Py_RETURN_NONE;
+  int n = self->filled[index];
+  Served *frames = self->batch[index];
+  int actuators = ((Vehicle *)self->vehicle)->actuators;
+  PyObject *lists[9];
+  for (int i = 0; i < 9; i++) lists[i] = PyTuple_New(n);
+  PyObject *result = NULL;
+  for (int i = 0; i < 9; i++)
+    if (!lists[i]) goto done;
+  PyObject *reply = Py_NewRef(Py_None);
+  for (int k = 0; k < n; k++) {
+    Served *frame = &frames[k];
+    PyObject *channels = PyTuple_New(frame->channels), *values = PyTuple_New(actuators);
+    if (!channels || !values) {
+      Py_XDECREF(channels);
+      Py_XDECREF(values);
+      Py_DECREF(reply);
+      goto done;
+    }
+    for (int i = 0; i < frame->channels; i++) PyTuple_SET_ITEM(channels, i, PyLong_FromLong(frame->pwm[i]));
+    for (int i = 0; i < actuators; i++) PyTuple_SET_ITEM(values, i, PyFloat_FromDouble(frame->commands[i]));
+    PyTuple_SET_ITEM(lists[0], k, PyLong_FromUnsignedLong(frame->count));
+    PyTuple_SET_ITEM(lists[1], k, channels);
+    PyTuple_SET_ITEM(lists[2], k, values);
+    PyTuple_SET_ITEM(lists[3], k, reading_tuple(frame->reading));
+    PyTuple_SET_ITEM(lists[4], k, PyFloat_FromDouble(frame->timestamp));
+    PyTuple_SET_ITEM(lists[5], k, PyFloat_FromDouble(frame->received));
+    PyTuple_SET_ITEM(lists[6], k, PyFloat_FromDouble(frame->sent));
+    PyTuple_SET_ITEM(lists[7], k, PyLong_FromLong(frame->send_error));
+    PyTuple_SET_ITEM(lists[8], k, PyBool_FromLong(frame->answered));
+    if (frame->answered) Py_SETREF(reply, PyBytes_FromStringAndSize(frame->reply, frame->reply_size));
+    if (!reply) goto done;
+  }
+  result = Py_BuildValue("(OOOOOOOOON)", lists[0], lists[1], lists[2], lists[3], lists[4],
+                         lists[5], lists[6], lists[7], lists[8], reply);
+done:
+  for (int i = 0; i < 9; i++) Py_XDECREF(lists[i]);
+  return result;
+}
+
+static void set_done(FrameLoop *self) {
+  pthread_mutex_lock(&self->lock);
+  if (self->pending >= 0) self->filled[self->pending] = 0;
+  self->pending = -1;
+  pthread_cond_broadcast(&self->changed);
+  pthread_mutex_unlock(&self->lock);
+}
+
+static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
+  if (self->ready) set_done(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *FrameLoop_close(FrameLoop *self, PyObject *unused) {
+  if (self->ready) {
+    pthread_mutex_lock(&self->lock);
+    self->closed = 1;
+    pthread_cond_broadcast(&self->changed);
+    pthread_mutex_unlock(&self->lock);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef FrameLoop_methods[] = {
+    {"resume", (PyCFunction)FrameLoop_resume, METH_VARARGS,
+     "Where the session stands, as the Python link left it."},
+    {"serve", (PyCFunction)FrameLoop_serve, METH_NOARGS,
+     "Serve plain next frames until a datagram needs the Python link."},
+    {"take", (PyCFunction)FrameLoop_take, METH_NOARGS,
+     "The next batch of frames served, for the link's bookkeeping (None once closed)."},
+    {"done", (PyCFunction)FrameLoop_done, METH_NOARGS,
+     "The batch taken is bookkept: the loop may fill it again."},
+    {"close", (PyCFunction)FrameLoop_close, METH_NOARGS,
+     "Wake take() with None, and serve() from waiting for the bookkeeping."},
+    {NULL}};
+
+static PyTypeObject FrameLoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ardupilot_json_bridge.compiled._frame.FrameLoop",
+    .tp_basicsize = sizeof(FrameLoop),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "FrameLoop(fd, vehicle, on_diverged, capacity, no_time_sync, no_lockstep): a lone "
+              "vehicle's lock-step frames served in C, bookkept in batches.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FrameLoop_init,
+    .tp_dealloc = (destructor)FrameLoop_dealloc,
+    .tp_methods = FrameLoop_methods,
+};
+
+/* ---- The module ----------------------------------------------------------------------------- */
+
+static PyMethodDef module_methods[] = {
+    {"decode_servo", py_decode_servo, METH_O,
+     "(frame_rate, frame_count, pwm) of a 16- or 32-channel servo packet, or None."},
+    {"format_mandatory", py_format_mandatory, METH_VARARGS,
+     "The reply's mandatory part from its 17 values, or None where one cannot be sent."},
+    {"scale_pwm", py_scale_pwm, METH_VARARGS,
+     "scale_pwm(pwm, servo_min, servo_max, multiplier, offset): one output's command."},
+    {"canonical", py_canonical, METH_VARARGS,
+     "The unit quaternion w, x, y, z with w >= 0, or None where it is no rotation."},
+    {"enu_to_ned", py_enu_to_ned, METH_O, "ENU world vector to NED: (x, y, z) -> (y, x, -z)."},
+    {"flu_to_frd", py_flu_to_frd, METH_O, "FLU body vector to FRD: (x, y, z) -> (x, -y, -z)."},
+    {"ros_to_ned_frd", py_ros_to_ned_frd, METH_VARARGS,
+     "ROS orientation x, y, z, w to ArduPilot's w-first FRD-in-NED (w >= 0), or None."},
+    {"advance", py_advance, METH_VARARGS,
+     "advance(vehicles, hooks, steps, step, split): step the world the vehicles share."},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_frame",
+                                    "A lock-step frame's hot path, compiled.", -1,
+                                    module_methods};
+
+PyMODINIT_FUNC PyInit__frame(void) {
+  if (PyType_Ready(&PwmMapType) < 0 || PyType_Ready(&VehicleType) < 0 ||
+      PyType_Ready(&FrameLoopType) < 0)
+    return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (!m) return NULL;
+  if (PyModule_AddObjectRef(m, "PwmMap", (PyObject *)&PwmMapType) < 0 ||
+      PyModule_AddObjectRef(m, "Vehicle", (PyObject *)&VehicleType) < 0 ||
+      PyModule_AddObjectRef(m, "FrameLoop", (PyObject *)&FrameLoopType) < 0 ||
+      PyModule_AddIntConstant(m, "READING_VALUES", READING_VALUES) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}
