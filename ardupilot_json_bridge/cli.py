@@ -148,10 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
                              'once if it does: the same replies, sooner (a fleet, the viewer '
                              'and --reply-first never step ahead)')
     engine.add_argument('--python-frames', action='store_true',
-                        help='serve every frame in Python; by default a lone vehicle without '
-                             'a force model or viewer has its plain frames served by the '
-                             'compiled frame loop, with the same rules and replies, and steps '
-                             'none ahead (it needs none)')
+                        help='serve every frame in Python; by default the plain frames of '
+                             'vehicles without a force model or viewer are served by the '
+                             'compiled frame loop, with the same rules and replies, and none '
+                             'is stepped ahead (it answers in microseconds)')
     engine.add_argument('--vehicles', type=int, default=1,
                         help='N copies of the model in one world, vehicle k served on SITL '
                              'instance --instance + k (default 1)')
@@ -405,11 +405,6 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                             on_restart=source.on_restart, after_reply=source.after_reply,
                             step_ahead=None if args.no_step_ahead else source.step_ahead)
             links.append(link)
-            if not args.python_frames:
-                blocker = compile_frames(link, source)
-                logger.info('plain frames served by the compiled frame loop (--python-frames: '
-                            'in Python)' if blocker is None else
-                            f'frames served in Python: {blocker}')
             checks.append(conventions)
             root.info(f'MuJoCo {vehicle.path}: {outputs_description(vehicle, driving)}, in '
                       f'lock-step{" (reply-first)" if args.reply_first else ""} with SITL '
@@ -418,6 +413,10 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
                          if count > 1 else ''))
         server = (FleetServer(links, fleet, [source.held_instant for source in sources])
                   if fleet is not None else None)
+        if not args.python_frames:
+            blocker = compile_frames(links, sources, server)
+            root.info('plain frames served by the compiled frame loop (--python-frames: in '
+                      'Python)' if blocker is None else f'frames served in Python: {blocker}')
         return serve_all(links, stop, checks, server)
     finally:
         for link in links:

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip('mujoco', reason='needs the mujoco package (pip install mujoco)')
 
+from test_mujoco import held_pwm_frames  # noqa: E402, I100, I202
+
 from ardupilot_json_bridge.checks.conventions import ConventionChecker  # noqa: E402
 from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.protocol import encode_servo_packet  # noqa: E402
@@ -23,7 +25,6 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
 from conftest import free_udp_port  # noqa: E402
 from sitl_peer import SitlPeer  # noqa: E402
-from test_mujoco import held_pwm_frames  # noqa: E402
 
 Frame = Tuple[int, List[int], int]
 # What each way of serving is compared on, besides the replies.
@@ -45,7 +46,7 @@ class Engine:
         self.link = SitlLink(LinkSettings(port=free_udp_port(), fresh_timeout=1.0), self.state,
                              on_frame=self.source.on_frame, on_restart=self.source.on_restart,
                              after_reply=self.source.after_reply)
-        self.blocker = compile_frames(self.link, self.source) if compiled else 'not asked'
+        self.blocker = compile_frames([self.link], [self.source]) if compiled else 'not asked'
         self.link.start()
 
     def stop(self) -> None:
@@ -151,7 +152,7 @@ def test_the_loop_serves_each_frame_a_reply_sitl_accepts_from_its_own_physics():
 
 
 def test_a_divergence_in_the_loop_is_named_and_its_clock_carries_on(caplog, tmp_path,
-                                                                   monkeypatch):
+                                                                    monkeypatch):
     # MuJoCo resets a diverged world to its start and to time 0 inside the loop's step: the
     # hook says so in Python's words, and the clock goes on one frame a frame.
     import mujoco

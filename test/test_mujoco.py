@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np

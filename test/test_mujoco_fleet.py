@@ -19,6 +19,7 @@ from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.settings import (  # noqa: E402
     LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
+from ardupilot_json_bridge.link.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.link.fleet_server import FleetServer  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
@@ -42,7 +43,7 @@ HOLD_TIMEOUT = LinkSettings().hold_timeout
 class Fleet:
     """Quads in one world (two unless told), each with its link and its test SITL peer."""
 
-    def __init__(self, count: int = 2, recorder=None) -> None:
+    def __init__(self, count: int = 2, recorder=None, compiled: bool = False) -> None:
         config = load_config(default_preset('mujoco_quad_x.yaml'), '', {})
         world = load_world(DEFAULT_MODEL, count)
         self.vehicles = [MujocoVehicle(DEFAULT_MODEL, world, k) for k in range(count)]
@@ -64,6 +65,9 @@ class Fleet:
             self.peers.append(SitlPeer(link.address[1]))
         self.server = FleetServer(self.links, self.world,
                                   [source.held_instant for source in sources])
+        self.compiled = compiled
+        if compiled:  # plain frames served by the compiled frame loop, as the command does
+            assert compile_frames(self.links, sources, self.server) is None
         self.server.start()
         if count == 2:
             self.peers[0].step(pwm=IDLE)
@@ -107,7 +111,13 @@ class Fleet:
             assert datagram is not None, f'vehicle {index}: no reply to its frame'
             replies[index] = parse_reply(datagram, '4.6')
             self.peers[index].frame_count += 1
+        self.settle()
         return replies
+
+    def settle(self) -> None:
+        """Wait for the bookkeeping of every frame the compiled loop served (no-op in Python)."""
+        if self.server.compiled is not None:
+            assert self.server.compiled.settle(), 'the bookkeeping never caught up'
 
     def close(self) -> None:
         self.server.stop()
@@ -116,9 +126,9 @@ class Fleet:
             link.stop()
 
 
-@pytest.fixture
-def fleet():
-    made = Fleet()
+@pytest.fixture(params=[False, True], ids=['python', 'compiled'])
+def fleet(request):
+    made = Fleet(compiled=request.param)
     yield made
     made.close()
 
@@ -151,8 +161,9 @@ def test_the_world_steps_once_every_sitl_sent_its_frame(fleet):
             599 / 1200, abs=1e-9)
 
 
-def test_one_thread_serves_every_sitl_of_a_fleet():
-    fleet = Fleet(4)
+@pytest.mark.parametrize('compiled', [False, True], ids=['python', 'compiled'])
+def test_one_thread_serves_every_sitl_of_a_fleet(compiled):
+    fleet = Fleet(4, compiled=compiled)
     try:
         for _ in range(50):
             replies = fleet.step({k: IDLE for k in range(4)})
@@ -162,12 +173,16 @@ def test_one_thread_serves_every_sitl_of_a_fleet():
         # No thread a vehicle handing frames to the world: one waits on every socket.
         assert serving == ['sitl-fleet']
         assert fleet.world.steps >= 50
+        if compiled:  # the world's plain frames were the loop's, every vehicle's
+            assert fleet.server.compiled.served >= 4 * 45, fleet.server.compiled.served
     finally:
         fleet.close()
 
 
 def test_a_frame_the_world_fails_to_step_is_stepped_again_when_sitl_resends_it(
         fleet, monkeypatch):
+    if fleet.compiled:
+        pytest.skip('the compiled loop steps the world in C, where no step raises')
     from ardupilot_json_bridge.sources import mujoco_fleet
     for _ in range(10):
         fleet.step({0: FULL, 1: FULL})

@@ -17,8 +17,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAGIC_16 18458
 #define MAGIC_32 29569
@@ -583,8 +586,13 @@ static PyObject *py_advance(PyObject *module, PyObject *args) {
 
 /* ---- The frame loop ------------------------------------------------------------------------ */
 
+#define MAX_VEHICLES 64
+/* A batch not full is handed to the bookkeeping once its first frame is this old (s). */
+#define BATCH_AGE 0.002
+
 /* One frame served by the loop, for the link's bookkeeping. */
 typedef struct {
+  int vehicle;
   uint32_t count;
   int channels;
   int answered, send_error;
@@ -596,33 +604,51 @@ typedef struct {
   char reply[REPLY_CAPACITY];
 } Served;
 
-/*
- * Two batches: the loop fills one while the link's bookkeeping takes the other (take, done),
- * so no reply waits for the interpreter. A full batch waits for the other to be taken.
- */
+/* One vehicle's SITL: its socket, its session as the link left it, and its datagram in hand. */
 typedef struct {
-  PyObject_HEAD PyObject *vehicle, *map, *on_diverged;
   int fd;
+  Vehicle *vehicle;
+  PwmMap *map;
   struct sockaddr_storage peer;
   socklen_t peer_size;
   int channels;
   unsigned rate;
   uint32_t last_frame;
+  double origin, last_stamp;
+  int arrived;
+  Servo servo;
+  double received;
+  uint8_t *datagram;
+  Py_ssize_t size;
+  struct sockaddr_storage sender;
+  socklen_t sender_size;
+} Seat;
+
+/*
+ * Two batches: the loop fills one while the link's bookkeeping takes the other (take, done),
+ * so no reply waits for the interpreter. A full batch waits for the other to be taken.
+ */
+typedef struct {
+  PyObject_HEAD PyObject *vehicles, *maps, *on_diverged;
+  int count;
+  Seat seat[MAX_VEHICLES];
+  int waker, hurry[2];
+  double hold_timeout, released;
   long steps;
-  double step, origin, last_stamp;
+  double step;
   int split;
   int no_time_sync, no_lockstep;
+  int order[MAX_VEHICLES], consumed;
+  int failed_seat, receive_error;
   int capacity;
   Served *batch[2];
   int filled[2];
   int filling, pending, closed;
+  double batch_started;
+  unsigned long long served;
   pthread_mutex_t lock;
   pthread_cond_t changed;
   int ready;
-  uint8_t datagram[MAX_DATAGRAM];
-  Py_ssize_t datagram_size;
-  struct sockaddr_storage sender;
-  socklen_t sender_size;
 } FrameLoop;
 
 static double monotonic(void) {
@@ -631,19 +657,45 @@ static double monotonic(void) {
   return now.tv_sec + now.tv_nsec * 1e-9;
 }
 
+/*
+ * FrameLoop(fds, vehicles, waker, hold_timeout, on_diverged, capacity, no_time_sync,
+ * no_lockstep): vehicle k's SITL on socket fds[k]; a fleet's world waits hold_timeout s for
+ * its frames, and wakes when waker (a socket, or -1) can be read.
+ */
 static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
-  PyObject *vehicle, *on_diverged;
+  PyObject *fds, *vehicles, *on_diverged;
   int capacity;
   if (self->ready) {
     PyErr_SetString(PyExc_RuntimeError, "a frame loop is made once");
     return -1;
   }
-  if (!PyArg_ParseTuple(args, "iO!Oipp", &self->fd, &VehicleType, &vehicle, &on_diverged,
-                        &capacity, &self->no_time_sync, &self->no_lockstep))
+  if (!PyArg_ParseTuple(args, "O!O!idOipp", &PyTuple_Type, &fds, &PyTuple_Type, &vehicles,
+                        &self->waker, &self->hold_timeout, &on_diverged, &capacity,
+                        &self->no_time_sync, &self->no_lockstep))
     return -1;
+  Py_ssize_t count = PyTuple_GET_SIZE(vehicles);
+  if (count < 1 || count > MAX_VEHICLES || PyTuple_GET_SIZE(fds) != count) {
+    PyErr_Format(PyExc_ValueError, "1 to %d vehicles, a socket each", MAX_VEHICLES);
+    return -1;
+  }
   if (capacity < 1 || capacity > 4096) {
     PyErr_SetString(PyExc_ValueError, "a batch holds 1 to 4096 frames");
     return -1;
+  }
+  for (Py_ssize_t k = 0; k < count; k++) {
+    PyObject *vehicle = PyTuple_GET_ITEM(vehicles, k);
+    if (!PyObject_TypeCheck(vehicle, &VehicleType)) {
+      PyErr_SetString(PyExc_TypeError, "vehicles are compiled Vehicles");
+      return -1;
+    }
+    self->seat[k].vehicle = (Vehicle *)vehicle;
+    self->seat[k].fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(fds, k));
+    if (PyErr_Occurred()) return -1;
+    self->seat[k].datagram = PyMem_Malloc(MAX_DATAGRAM);
+    if (!self->seat[k].datagram) {
+      PyErr_NoMemory();
+      return -1;
+    }
   }
   for (int i = 0; i < 2; i++) {
     self->batch[i] = PyMem_Calloc(capacity, sizeof(Served));
@@ -652,23 +704,33 @@ static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
       return -1;
     }
   }
+  if (pipe(self->hurry) < 0) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
+  }
+  fcntl(self->hurry[0], F_SETFL, O_NONBLOCK);
+  fcntl(self->hurry[1], F_SETFL, O_NONBLOCK);
+  self->count = (int)count;
   self->capacity = capacity;
   self->pending = -1;
   pthread_mutex_init(&self->lock, NULL);
   pthread_cond_init(&self->changed, NULL);
   self->ready = 1;
-  Py_XSETREF(self->vehicle, Py_NewRef(vehicle));
+  Py_XSETREF(self->vehicles, Py_NewRef(vehicles));
   Py_XSETREF(self->on_diverged, Py_NewRef(on_diverged));
   return 0;
 }
 
 static void FrameLoop_dealloc(FrameLoop *self) {
-  Py_XDECREF(self->vehicle);
-  Py_XDECREF(self->map);
+  Py_XDECREF(self->vehicles);
+  Py_XDECREF(self->maps);
   Py_XDECREF(self->on_diverged);
+  for (int k = 0; k < MAX_VEHICLES; k++) PyMem_Free(self->seat[k].datagram);
   PyMem_Free(self->batch[0]);
   PyMem_Free(self->batch[1]);
   if (self->ready) {
+    close(self->hurry[0]);
+    close(self->hurry[1]);
     pthread_mutex_destroy(&self->lock);
     pthread_cond_destroy(&self->changed);
   }
@@ -690,48 +752,68 @@ static int same_address(const struct sockaddr_storage *a, socklen_t a_size,
   return a_size == b_size && !memcmp(a, b, a_size);
 }
 
+static int set_peer(Seat *seat, const char *host, int port) {
+  memset(&seat->peer, 0, sizeof(seat->peer));
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&seat->peer;
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&seat->peer;
+  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons((uint16_t)port);
+    seat->peer_size = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons((uint16_t)port);
+    seat->peer_size = sizeof(*v6);
+  } else {
+    PyErr_Format(PyExc_ValueError, "not a numeric IP address: %s", host);
+    return 0;
+  }
+  return 1;
+}
+
 /*
- * resume(pwm_map, peer_host, peer_port, last_frame, channels, rate, steps, step, split, origin,
- * last_stamp): where the session stands, as the Python link left it (every batch taken).
+ * resume(maps, sessions, steps, step, split, released): where each vehicle's session stands,
+ * as the Python links left them (every batch taken): maps[k] is vehicle k's PwmMap, sessions[k]
+ * (peer_host, peer_port, last_frame, channels, rate, origin, last_stamp); every frame is steps
+ * steps of step s, the first split (mj_forward ran); the world last answered at released.
  */
 static PyObject *FrameLoop_resume(FrameLoop *self, PyObject *args) {
-  PyObject *map;
-  const char *host;
-  int port, split;
-  unsigned long last_frame;
+  PyObject *maps, *sessions;
+  int split;
   if (!self->ready) {
     PyErr_SetString(PyExc_RuntimeError, "the frame loop was not made");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "O!sikiIldpdd", &PwmMapType, &map, &host, &port, &last_frame,
-                        &self->channels, &self->rate, &self->steps, &self->step, &split,
-                        &self->origin, &self->last_stamp))
+  if (!PyArg_ParseTuple(args, "O!O!ldpd", &PyTuple_Type, &maps, &PyTuple_Type, &sessions,
+                        &self->steps, &self->step, &split, &self->released))
     return NULL;
-  if (((PwmMap *)map)->outputs != ((Vehicle *)self->vehicle)->actuators) {
-    PyErr_SetString(PyExc_ValueError, "the PWM map's outputs are the vehicle's actuators");
+  if (PyTuple_GET_SIZE(maps) != self->count || PyTuple_GET_SIZE(sessions) != self->count) {
+    PyErr_SetString(PyExc_ValueError, "a PWM map and a session for each vehicle");
     return NULL;
   }
   if (self->steps < 1 || !(self->step > 0.0)) {
     PyErr_SetString(PyExc_ValueError, "a frame is one or more steps of a positive length");
     return NULL;
   }
-  memset(&self->peer, 0, sizeof(self->peer));
-  struct sockaddr_in *v4 = (struct sockaddr_in *)&self->peer;
-  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&self->peer;
-  if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons((uint16_t)port);
-    self->peer_size = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons((uint16_t)port);
-    self->peer_size = sizeof(*v6);
-  } else {
-    PyErr_Format(PyExc_ValueError, "not a numeric IP address: %s", host);
-    return NULL;
+  for (int k = 0; k < self->count; k++) {
+    Seat *seat = &self->seat[k];
+    PyObject *map = PyTuple_GET_ITEM(maps, k);
+    if (!PyObject_TypeCheck(map, &PwmMapType) ||
+        ((PwmMap *)map)->outputs != seat->vehicle->actuators) {
+      PyErr_SetString(PyExc_ValueError, "each PWM map's outputs are its vehicle's actuators");
+      return NULL;
+    }
+    const char *host;
+    int port;
+    unsigned long last_frame;
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(sessions, k), "sikiIdd", &host, &port, &last_frame,
+                          &seat->channels, &seat->rate, &seat->origin, &seat->last_stamp) ||
+        !set_peer(seat, host, port))
+      return NULL;
+    seat->map = (PwmMap *)map;
+    seat->last_frame = (uint32_t)last_frame;
   }
-  Py_XSETREF(self->map, Py_NewRef(map));
-  self->last_frame = (uint32_t)last_frame;
+  Py_XSETREF(self->maps, Py_NewRef(maps));
   self->split = split;
   Py_RETURN_NONE;
 }
@@ -749,129 +831,264 @@ static void hand_over(FrameLoop *self) {
   pthread_cond_broadcast(&self->changed);
 }
 
-enum Outcome { HANDED_BACK, RECEIVE_FAILED, UNANSWERED };
+enum Outcome { HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED };
+
+/* Read seat k's next datagram; whether it is the plain next frame of its session. */
+static int take_datagram(FrameLoop *self, int k) {
+  Seat *seat = &self->seat[k];
+  seat->sender_size = sizeof(seat->sender);
+  ssize_t size = recvfrom(seat->fd, seat->datagram, MAX_DATAGRAM, 0,
+                          (struct sockaddr *)&seat->sender, &seat->sender_size);
+  if (size < 0) {
+    self->failed_seat = k;
+    self->receive_error = errno;
+    return -1;
+  }
+  seat->received = monotonic();
+  seat->size = size;
+  self->order[self->consumed++] = k;
+  Servo *servo = &seat->servo;
+  return same_address(&seat->sender, seat->sender_size, &seat->peer, seat->peer_size) &&
+         decode_servo(seat->datagram, size, servo) && servo->channels == seat->channels &&
+         servo->rate == seat->rate && seat->last_frame != UINT32_MAX &&
+         servo->count == seat->last_frame + 1;
+}
 
 /*
- * Serve plain next frames until a datagram needs the Python link, without the GIL but for
- * MuJoCo's divergence (rare): each frame's reply goes out before the next datagram is read.
+ * Hand a batch not full to the bookkeeping once its first frame is BATCH_AGE old (and the
+ * other batch is taken): the links' counters trail the replies by milliseconds, not by a
+ * batch, when SITL is slow or gone. Returns when to look again (0: nothing to wait for).
  */
-static enum Outcome serve_frames(FrameLoop *self, int *receive_error) {
-  Vehicle *vehicle = (Vehicle *)self->vehicle;
-  PwmMap *map = (PwmMap *)self->map;
-  for (;;) {
-    self->sender_size = sizeof(self->sender);
-    ssize_t size = recvfrom(self->fd, self->datagram, sizeof(self->datagram), 0,
-                            (struct sockaddr *)&self->sender, &self->sender_size);
-    if (size < 0) {
-      *receive_error = errno;
+static double age_batch(FrameLoop *self, int hurried) {
+  double due = 0.0;
+  pthread_mutex_lock(&self->lock);
+  if (self->filled[self->filling] && self->pending >= 0) {
+    due = monotonic() + BATCH_AGE; /* the other batch is being bookkept: look again then */
+  } else if (self->filled[self->filling]) {
+    due = self->batch_started + BATCH_AGE;
+    if (hurried || monotonic() >= due) {
+      hand_over(self);
+      due = 0.0;
+    }
+  }
+  pthread_mutex_unlock(&self->lock);
+  return due;
+}
+
+/* Milliseconds until due for poll() (rounded up), or -1 where nothing is due. */
+static int milliseconds_to(double due) {
+  if (due <= 0.0) return -1;
+  double left = due - monotonic();
+  return left <= 0.0 ? 0 : (int)ceil(left * 1000.0);
+}
+
+/*
+ * Read one datagram from every vehicle's SITL: HANDED_BACK where one is no plain frame,
+ * WAITED where the world's hold ran out or the waker woke, -1 when all are in.
+ */
+static int gather(FrameLoop *self) {
+  int count = self->count, waiting = count;
+  self->consumed = 0;
+  for (int k = 0; k < count; k++) self->seat[k].arrived = 0;
+  struct pollfd fds[MAX_VEHICLES + 2];
+  int seats[MAX_VEHICLES + 2];
+  int hurried = 0;
+  while (waiting) {
+    double batch_due = age_batch(self, hurried);
+    hurried = 0;
+    int n = 0;
+    for (int k = 0; k < count; k++) {
+      if (self->seat[k].arrived) continue;
+      fds[n].fd = self->seat[k].fd;
+      fds[n].events = POLLIN;
+      seats[n++] = k;
+    }
+    if (count == 1 && self->waker < 0 && batch_due == 0.0) {
+      int plain = take_datagram(self, 0); /* a lone vehicle, nothing due: block on it */
+      return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
+    }
+    if (self->waker >= 0) {
+      fds[n].fd = self->waker;
+      fds[n].events = POLLIN;
+      seats[n++] = -1;
+    }
+    fds[n].fd = self->hurry[0];
+    fds[n].events = POLLIN;
+    seats[n++] = -2;
+    double hold_due = count > 1 ? self->released + self->hold_timeout : 0.0;
+    int hold = milliseconds_to(hold_due), batch = milliseconds_to(batch_due);
+    int timeout = hold < 0 ? batch : batch < 0 ? hold : hold < batch ? hold : batch;
+    int ready = poll(fds, n, timeout);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) {
+      self->failed_seat = -1;
+      self->receive_error = errno;
       return RECEIVE_FAILED;
     }
-    double received = monotonic();
-    self->datagram_size = size;
-    Servo servo;
-    if (!same_address(&self->sender, self->sender_size, &self->peer, self->peer_size) ||
-        !decode_servo(self->datagram, size, &servo) || servo.channels != self->channels ||
-        servo.rate != self->rate || self->last_frame == UINT32_MAX ||
-        servo.count != self->last_frame + 1)
-      return HANDED_BACK;
-    int pwm[MAX_CHANNELS];
-    for (int i = 0; i < servo.channels; i++) pwm[i] = servo.pwm[i];
-    map_pwm(map, pwm, servo.channels);
-    if (!set_commands(vehicle, map->value, map->outputs)) return HANDED_BACK;
-    double end = physics_time(vehicle) + self->steps * self->step;
-    advance_vehicles(&vehicle, 1, NULL, self->steps, self->step, self->split);
-    if (physics_time(vehicle) < end - 0.5 * self->step) {
+    if (ready == 0) {
+      if (hold_due > 0.0 && monotonic() >= hold_due) return WAITED;
+      continue;
+    }
+    for (int i = 0; i < n; i++) {
+      if (!fds[i].revents) continue;
+      if (seats[i] == -2) { /* hurry(): the batch goes to the bookkeeping now */
+        char drained[64];
+        while (read(self->hurry[0], drained, sizeof(drained)) > 0) continue;
+        hurried = 1;
+        continue;
+      }
+      if (seats[i] < 0 || fds[i].revents & (POLLERR | POLLHUP | POLLNVAL)) return WAITED;
+      int plain = take_datagram(self, seats[i]);
+      if (plain < 0) return RECEIVE_FAILED;
+      if (!plain) return HANDED_BACK;
+      self->seat[seats[i]].arrived = 1;
+      waiting--;
+    }
+  }
+  return -1;
+}
+
+/* Record vehicle k's frame, just stepped, and send its reply; whether it had one. */
+static int answer(FrameLoop *self, int k) {
+  Seat *seat = &self->seat[k];
+  Vehicle *vehicle = seat->vehicle;
+  Served *frame = &self->batch[self->filling][self->filled[self->filling]];
+  frame->vehicle = k;
+  frame->count = seat->servo.count;
+  frame->channels = seat->servo.channels;
+  memcpy(frame->pwm, seat->servo.pwm, sizeof(uint16_t) * seat->servo.channels);
+  memcpy(frame->commands, vehicle->commands, sizeof(double) * vehicle->actuators);
+  read_vehicle(vehicle, frame->reading);
+  frame->received = seat->received;
+  frame->timestamp = frame->sent = NAN;
+  frame->answered = frame->send_error = 0;
+  frame->reply_size = 0;
+  seat->last_frame = seat->servo.count;
+  /* The reply: NED/FRD, at the session's time; a frame that cannot have one gets none. */
+  const double *r = frame->reading;
+  double v[MANDATORY_VALUES];
+  double stamp = r[0];
+  int length = -1;
+  if (stamp > seat->last_stamp) {
+    v[0] = frame->timestamp = stamp - seat->origin;
+    flu_to_frd(r + 11, v + 1);
+    flu_to_frd(r + 14, v + 4);
+    enu_to_ned(r + 1, v + 7);
+    enu_to_ned(r + 8, v + 14);
+    if (ros_to_ned_frd(r[4], r[5], r[6], r[7], v + 10))
+      length = format_mandatory(frame->reply, sizeof(frame->reply) - 40, v);
+  }
+  if (length >= 0) {
+    length += snprintf(frame->reply + length, sizeof(frame->reply) - length, "%s%s}\n",
+                       self->no_time_sync ? ",\"no_time_sync\":1" : "",
+                       self->no_lockstep ? ",\"no_lockstep\":1" : "");
+    frame->reply_size = length;
+    frame->answered = 1;
+    seat->last_stamp = stamp;
+    frame->sent = monotonic();
+    if (sendto(seat->fd, frame->reply, length, 0, (struct sockaddr *)&seat->peer,
+               seat->peer_size) < 0)
+      frame->send_error = errno;
+  }
+  pthread_mutex_lock(&self->lock);
+  if (!self->filled[self->filling]) self->batch_started = frame->received;
+  self->served++;
+  if (++self->filled[self->filling] == self->capacity) hand_over(self);
+  pthread_mutex_unlock(&self->lock);
+  return frame->answered;
+}
+
+/*
+ * Serve plain next frames until a datagram needs the Python links, without the GIL but for
+ * MuJoCo's divergence (rare): every SITL's frame in, the world stepped once for all, each
+ * reply out before the next datagrams are read.
+ */
+static enum Outcome serve_frames(FrameLoop *self) {
+  Vehicle *vehicles[MAX_VEHICLES];
+  for (int k = 0; k < self->count; k++) vehicles[k] = self->seat[k].vehicle;
+  Vehicle *first = vehicles[0];
+  for (;;) {
+    int gathered = gather(self);
+    if (gathered >= 0) return (enum Outcome)gathered;
+    for (int k = 0; k < self->count; k++) {
+      Seat *seat = &self->seat[k];
+      int pwm[MAX_CHANNELS];
+      for (int i = 0; i < seat->servo.channels; i++) pwm[i] = seat->servo.pwm[i];
+      map_pwm(seat->map, pwm, seat->servo.channels);
+      if (!set_commands(seat->vehicle, seat->map->value, seat->map->outputs)) return HANDED_BACK;
+    }
+    double end = physics_time(first) + self->steps * self->step;
+    advance_vehicles(vehicles, self->count, NULL, self->steps, self->step, self->split);
+    if (physics_time(first) < end - 0.5 * self->step) {
       PyGILState_STATE gil = PyGILState_Ensure();
       PyObject *result = PyObject_CallFunction(self->on_diverged, "d", end);
       Py_XDECREF(result);
       PyErr_Clear(); /* the hook says what happened; the frame goes on as MuJoCo left it */
       PyGILState_Release(gil);
     }
-    vehicle->mj.forward(vehicle->model, vehicle->data);
+    first->mj.forward(first->model, first->data);
     self->split = 1;
-    self->last_frame = servo.count;
-    Served *frame = &self->batch[self->filling][self->filled[self->filling]];
-    frame->count = servo.count;
-    frame->channels = servo.channels;
-    memcpy(frame->pwm, servo.pwm, sizeof(uint16_t) * servo.channels);
-    memcpy(frame->commands, vehicle->commands, sizeof(double) * vehicle->actuators);
-    read_vehicle(vehicle, frame->reading);
-    frame->received = received;
-    frame->timestamp = frame->sent = NAN;
-    frame->answered = frame->send_error = 0;
-    frame->reply_size = 0;
-    /* The reply: NED/FRD, at the session's time; a frame that cannot have one gets none. */
-    const double *r = frame->reading;
-    double v[MANDATORY_VALUES];
-    double stamp = r[0];
-    int length = -1;
-    if (stamp > self->last_stamp) {
-      v[0] = frame->timestamp = stamp - self->origin;
-      flu_to_frd(r + 11, v + 1);
-      flu_to_frd(r + 14, v + 4);
-      enu_to_ned(r + 1, v + 7);
-      enu_to_ned(r + 8, v + 14);
-      if (ros_to_ned_frd(r[4], r[5], r[6], r[7], v + 10))
-        length = format_mandatory(frame->reply, sizeof(frame->reply) - 40, v);
-    }
-    if (length >= 0) {
-      length += snprintf(frame->reply + length, sizeof(frame->reply) - length, "%s%s}\n",
-                         self->no_time_sync ? ",\"no_time_sync\":1" : "",
-                         self->no_lockstep ? ",\"no_lockstep\":1" : "");
-      frame->reply_size = length;
-      frame->answered = 1;
-      self->last_stamp = stamp;
-      frame->sent = monotonic();
-      if (sendto(self->fd, frame->reply, length, 0, (struct sockaddr *)&self->peer,
-                 self->peer_size) < 0)
-        frame->send_error = errno;
-    }
-    pthread_mutex_lock(&self->lock);
-    if (++self->filled[self->filling] == self->capacity) hand_over(self);
-    pthread_mutex_unlock(&self->lock);
-    if (!frame->answered) return UNANSWERED; /* the link says why; SITL resends it */
+    self->consumed = 0;
+    int answered = 1;
+    for (int k = 0; k < self->count; k++) answered &= answer(self, k);
+    self->released = monotonic();
+    if (!answered) return UNANSWERED; /* the links say why; the SITLs resend */
   }
 }
 
 /*
- * serve() -> (outcome, detail): serve until a datagram needs the Python link (0: detail is
- * (datagram, (host, port))), receiving failed (1: detail is errno) or a frame stepped could
- * not be answered (2: the bookkeeping says why). Every frame served is bookkept (take, done)
- * before serve returns.
+ * serve() -> (outcome, handed, error): serve until a datagram needs the Python links
+ * (outcome 0), receiving failed (1: error is (vehicle or -1, errno)), a frame stepped could
+ * not be answered (2: the bookkeeping says why) or the world's hold ran out or the waker woke
+ * (3). handed holds the datagrams read and not served, (vehicle, datagram, (host, port)) in
+ * the order they came. Every frame served is bookkept (take, done) before serve returns.
  */
 static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
   enum Outcome outcome;
-  int receive_error = 0;
-  if (!self->map) {
-    PyErr_SetString(PyExc_RuntimeError, "resume() tells the frame loop where the session stands");
+  if (!self->maps) {
+    PyErr_SetString(PyExc_RuntimeError, "resume() tells the frame loop where the sessions stand");
     return NULL;
   }
-  Py_BEGIN_ALLOW_THREADS outcome = serve_frames(self, &receive_error);
+  Py_BEGIN_ALLOW_THREADS outcome = serve_frames(self);
   pthread_mutex_lock(&self->lock);
   if (self->filled[self->filling]) hand_over(self);
   while (self->pending >= 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
   pthread_mutex_unlock(&self->lock);
   Py_END_ALLOW_THREADS
-  if (outcome == RECEIVE_FAILED) return Py_BuildValue("(ii)", outcome, receive_error);
-  if (outcome == UNANSWERED) return Py_BuildValue("(iO)", outcome, Py_None);
-  char host[INET6_ADDRSTRLEN] = "";
-  int port = 0;
-  if (self->sender.ss_family == AF_INET) {
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&self->sender;
-    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
-    port = ntohs(v4->sin_port);
-  } else if (self->sender.ss_family == AF_INET6) {
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&self->sender;
-    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
-    port = ntohs(v6->sin6_port);
+  PyObject *handed = PyTuple_New(self->consumed);
+  if (!handed) return NULL;
+  for (int i = 0; i < self->consumed; i++) {
+    Seat *seat = &self->seat[self->order[i]];
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (seat->sender.ss_family == AF_INET) {
+      struct sockaddr_in *v4 = (struct sockaddr_in *)&seat->sender;
+      inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+      port = ntohs(v4->sin_port);
+    } else if (seat->sender.ss_family == AF_INET6) {
+      struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&seat->sender;
+      inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+      port = ntohs(v6->sin6_port);
+    }
+    PyObject *item = Py_BuildValue("(iy#(si))", self->order[i], seat->datagram, seat->size, host,
+                                   port);
+    if (!item) {
+      Py_DECREF(handed);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(handed, i, item);
   }
-  return Py_BuildValue("(i(y#(si)))", outcome, self->datagram, self->datagram_size, host, port);
+  self->consumed = 0;
+  if (outcome == RECEIVE_FAILED)
+    return Py_BuildValue("(iN(ii))", outcome, handed, self->failed_seat, self->receive_error);
+  return Py_BuildValue("(iNO)", outcome, handed, Py_None);
 }
 
 /*
- * take() -> (counts, pwm, commands, readings, timestamps, received, sent, send_errors,
- * answered, last_reply), the next batch served, oldest first, once there is one; None once
- * closed. done() after its bookkeeping frees it for the loop.
+ * take() -> (vehicles, counts, pwm, commands, readings, timestamps, received, sent,
+ * send_errors, answered, last_replies): the next batch served, oldest first, once there is
+ * one (last_replies: each vehicle's last reply in it, or None); None once closed. done() after
+ * its bookkeeping frees it for the loop.
  */
 static PyObject *FrameLoop_take(FrameLoop *self, PyObject *unused) {
   if (!self->ready) {
@@ -887,54 +1104,75 @@ static PyObject *FrameLoop_take(FrameLoop *self, PyObject *unused) {
   if (index < 0) Py_RETURN_NONE;
   int n = self->filled[index];
   Served *frames = self->batch[index];
-  int actuators = ((Vehicle *)self->vehicle)->actuators;
-  PyObject *lists[9];
-  for (int i = 0; i < 9; i++) lists[i] = PyTuple_New(n);
+  PyObject *lists[10], *replies = PyTuple_New(self->count);
+  for (int i = 0; i < 10; i++) lists[i] = PyTuple_New(n);
   PyObject *result = NULL;
-  for (int i = 0; i < 9; i++)
+  if (!replies) goto done;
+  for (int i = 0; i < 10; i++)
     if (!lists[i]) goto done;
-  PyObject *reply = Py_NewRef(Py_None);
-  for (int k = 0; k < n; k++) {
-    Served *frame = &frames[k];
+  for (int k = 0; k < self->count; k++) PyTuple_SET_ITEM(replies, k, Py_NewRef(Py_None));
+  for (int j = 0; j < n; j++) {
+    Served *frame = &frames[j];
+    int actuators = self->seat[frame->vehicle].vehicle->actuators;
     PyObject *channels = PyTuple_New(frame->channels), *values = PyTuple_New(actuators);
     if (!channels || !values) {
       Py_XDECREF(channels);
       Py_XDECREF(values);
-      Py_DECREF(reply);
       goto done;
     }
     for (int i = 0; i < frame->channels; i++) PyTuple_SET_ITEM(channels, i, PyLong_FromLong(frame->pwm[i]));
     for (int i = 0; i < actuators; i++) PyTuple_SET_ITEM(values, i, PyFloat_FromDouble(frame->commands[i]));
-    PyTuple_SET_ITEM(lists[0], k, PyLong_FromUnsignedLong(frame->count));
-    PyTuple_SET_ITEM(lists[1], k, channels);
-    PyTuple_SET_ITEM(lists[2], k, values);
-    PyTuple_SET_ITEM(lists[3], k, reading_tuple(frame->reading));
-    PyTuple_SET_ITEM(lists[4], k, PyFloat_FromDouble(frame->timestamp));
-    PyTuple_SET_ITEM(lists[5], k, PyFloat_FromDouble(frame->received));
-    PyTuple_SET_ITEM(lists[6], k, PyFloat_FromDouble(frame->sent));
-    PyTuple_SET_ITEM(lists[7], k, PyLong_FromLong(frame->send_error));
-    PyTuple_SET_ITEM(lists[8], k, PyBool_FromLong(frame->answered));
-    if (frame->answered) Py_SETREF(reply, PyBytes_FromStringAndSize(frame->reply, frame->reply_size));
-    if (!reply) goto done;
+    PyTuple_SET_ITEM(lists[0], j, PyLong_FromLong(frame->vehicle));
+    PyTuple_SET_ITEM(lists[1], j, PyLong_FromUnsignedLong(frame->count));
+    PyTuple_SET_ITEM(lists[2], j, channels);
+    PyTuple_SET_ITEM(lists[3], j, values);
+    PyTuple_SET_ITEM(lists[4], j, reading_tuple(frame->reading));
+    PyTuple_SET_ITEM(lists[5], j, PyFloat_FromDouble(frame->timestamp));
+    PyTuple_SET_ITEM(lists[6], j, PyFloat_FromDouble(frame->received));
+    PyTuple_SET_ITEM(lists[7], j, PyFloat_FromDouble(frame->sent));
+    PyTuple_SET_ITEM(lists[8], j, PyLong_FromLong(frame->send_error));
+    PyTuple_SET_ITEM(lists[9], j, PyBool_FromLong(frame->answered));
+    if (frame->answered) {
+      PyObject *reply = PyBytes_FromStringAndSize(frame->reply, frame->reply_size);
+      if (!reply) goto done;
+      PyObject *old = PyTuple_GET_ITEM(replies, frame->vehicle);
+      PyTuple_SET_ITEM(replies, frame->vehicle, reply);
+      Py_DECREF(old);
+    }
   }
-  result = Py_BuildValue("(OOOOOOOOON)", lists[0], lists[1], lists[2], lists[3], lists[4],
-                         lists[5], lists[6], lists[7], lists[8], reply);
+  result = Py_BuildValue("(OOOOOOOOOOO)", lists[0], lists[1], lists[2], lists[3], lists[4],
+                         lists[5], lists[6], lists[7], lists[8], lists[9], replies);
 done:
-  for (int i = 0; i < 9; i++) Py_XDECREF(lists[i]);
+  for (int i = 0; i < 10; i++) Py_XDECREF(lists[i]);
+  Py_XDECREF(replies);
   return result;
 }
 
-static void set_done(FrameLoop *self) {
-  pthread_mutex_lock(&self->lock);
-  if (self->pending >= 0) self->filled[self->pending] = 0;
-  self->pending = -1;
-  pthread_cond_broadcast(&self->changed);
-  pthread_mutex_unlock(&self->lock);
+static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
+  if (self->ready) {
+    pthread_mutex_lock(&self->lock);
+    if (self->pending >= 0) self->filled[self->pending] = 0;
+    self->pending = -1;
+    pthread_cond_broadcast(&self->changed);
+    pthread_mutex_unlock(&self->lock);
+  }
+  Py_RETURN_NONE;
 }
 
-static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
-  if (self->ready) set_done(self);
+static PyObject *FrameLoop_hurry(FrameLoop *self, PyObject *unused) {
+  if (self->ready && write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
+    return PyErr_SetFromErrno(PyExc_OSError);
   Py_RETURN_NONE;
+}
+
+static PyObject *FrameLoop_served(FrameLoop *self, PyObject *unused) {
+  unsigned long long served = 0;
+  if (self->ready) {
+    pthread_mutex_lock(&self->lock);
+    served = self->served;
+    pthread_mutex_unlock(&self->lock);
+  }
+  return PyLong_FromUnsignedLongLong(served);
 }
 
 static PyObject *FrameLoop_close(FrameLoop *self, PyObject *unused) {
@@ -949,13 +1187,17 @@ static PyObject *FrameLoop_close(FrameLoop *self, PyObject *unused) {
 
 static PyMethodDef FrameLoop_methods[] = {
     {"resume", (PyCFunction)FrameLoop_resume, METH_VARARGS,
-     "Where the session stands, as the Python link left it."},
+     "Where each vehicle's session stands, as the Python links left them."},
     {"serve", (PyCFunction)FrameLoop_serve, METH_NOARGS,
-     "Serve plain next frames until a datagram needs the Python link."},
+     "Serve plain next frames until a datagram needs the Python links."},
     {"take", (PyCFunction)FrameLoop_take, METH_NOARGS,
-     "The next batch of frames served, for the link's bookkeeping (None once closed)."},
+     "The next batch of frames served, for the links' bookkeeping (None once closed)."},
     {"done", (PyCFunction)FrameLoop_done, METH_NOARGS,
      "The batch taken is bookkept: the loop may fill it again."},
+    {"hurry", (PyCFunction)FrameLoop_hurry, METH_NOARGS,
+     "Have a batch not full go to the bookkeeping now, not when 2 ms old."},
+    {"served", (PyCFunction)FrameLoop_served, METH_NOARGS,
+     "Frames served since the loop was made, every vehicle's."},
     {"close", (PyCFunction)FrameLoop_close, METH_NOARGS,
      "Wake take() with None, and serve() from waiting for the bookkeeping."},
     {NULL}};
@@ -964,8 +1206,8 @@ static PyTypeObject FrameLoopType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ardupilot_json_bridge.compiled._frame.FrameLoop",
     .tp_basicsize = sizeof(FrameLoop),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "FrameLoop(fd, vehicle, on_diverged, capacity, no_time_sync, no_lockstep): a lone "
-              "vehicle's lock-step frames served in C, bookkept in batches.",
+    .tp_doc = "FrameLoop(fds, vehicles, waker, hold_timeout, on_diverged, capacity, "
+              "no_time_sync, no_lockstep): lock-step frames served in C, bookkept in batches.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)FrameLoop_init,
     .tp_dealloc = (destructor)FrameLoop_dealloc,

@@ -12,7 +12,7 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from ardupilot_json_bridge.compiled import _frame
-from ardupilot_json_bridge.core.protocol import Quaternion, Vector3
+from ardupilot_json_bridge.core.protocol import Quaternion
 
 STANDARD_GRAVITY = 9.80665
 

@@ -1,26 +1,29 @@
 """
-A lone MuJoCo vehicle's lock-step frames served in C, the link's bookkeeping in batches.
+Lock-step MuJoCo frames served in C, the links' bookkeeping in batches on a thread of its own.
 
-While a session is plain (its last frame answered, nothing held, stepped ahead or failed), the
-link's thread hands its socket to the compiled frame loop (compiled/_frame.c FrameLoop). For
-each plain next frame (the locked SITL's, the count after the last, the channel count and frame
-rate of the frame before) the loop does what SitlLink and MujocoLockStep do, with the same
-compiled rules: PWM to commands, physics, sensors, ROS to ArduPilot conventions, the reply; it
-sends the reply and reads the next datagram without the interpreter. Any other datagram (a
-first frame, a restart, a resend, a stranger, a bad packet, a new frame rate) goes back to the
-link, which handles it as ever.
+While every session is plain (its last frame answered, nothing held, stepped ahead or failed),
+the serving thread (a lone vehicle's link thread, or a fleet's server) hands the sockets to the
+compiled frame loop (compiled/_frame.c FrameLoop). It reads each vehicle's plain next frame
+(its locked SITL's, the count after the last, the channel count and frame rate of the frame
+before); once every vehicle's is in, it does what SitlLink, MujocoLockStep and FleetWorld do,
+with the same compiled rules: PWM to commands, the world stepped once for all, sensors, ROS to
+ArduPilot conventions, the replies; it sends them and reads on without the interpreter. Any
+other datagram (a first frame, a restart, a resend, a stranger, a bad packet, a new frame rate)
+and a world held longer than hold_timeout go back to the links, with the datagrams read with
+them, which handle them as ever.
 
-Every BATCH frames, and before the link handles a datagram handed back, the frames served go
-into the bookkeeping each frame gets in Python: the session, the statistics, the state, the
-live checks and the recording, in order. So one interpreter pass serves many frames, and the
-replies never wait for it.
+The frames served go into the bookkeeping each frame gets in Python (the session, the
+statistics, the state, the live checks, the recording, in order) in batches of BATCH, on a
+thread of their own, while the loop serves on: no reply waits for the interpreter. Before the
+links handle a datagram handed back, every frame served is bookkept.
 """
 
 import logging
 import math
 import os
 import threading
-from typing import Optional, Tuple, TYPE_CHECKING
+import time
+from typing import Dict, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from ardupilot_json_bridge.compiled import _frame
 from ardupilot_json_bridge.core.protocol import ReplyError, ServoPacket
@@ -30,18 +33,18 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import (
     _diverged, frame_steps, reading_state, VehicleState)
 
 if TYPE_CHECKING:
+    from ardupilot_json_bridge.link.fleet_server import FleetServer
     from ardupilot_json_bridge.link.sitl_link import SitlLink
+    from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 
 # Frames served between two passes of the bookkeeping: at SITL's 1200 frames a second, 27 ms.
 BATCH = 32
 # What FrameLoop.serve() returns first (compiled/_frame.c).
-HANDED_BACK, RECEIVE_FAILED, UNANSWERED = range(3)
+HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED = range(4)
 
 
 def loop_blocker(link: 'SitlLink', source: MujocoLockStep) -> Optional[str]:
     """Return why the frame loop cannot serve link's source at all, or None where it can."""
-    if source.world is not None:
-        return 'a fleet steps its world in the fleet server'
     if source.reply_first:
         return 'reply-first steps each frame after its reply'
     if source.vehicle.aero is not None:
@@ -53,76 +56,109 @@ def loop_blocker(link: 'SitlLink', source: MujocoLockStep) -> Optional[str]:
     return None
 
 
-def compile_frames(link: 'SitlLink', source: MujocoLockStep) -> Optional[str]:
+def compile_frames(links: Sequence['SitlLink'], sources: Sequence[MujocoLockStep],
+                   server: Optional['FleetServer'] = None) -> Optional[str]:
     """
-    Have the compiled frame loop serve link's plain frames; return why not, where it cannot.
+    Have the compiled frame loop serve the links' plain frames; return why not, if it cannot.
 
-    The loop answers a frame on its arrival in microseconds: nothing is stepped ahead.
+    A lone vehicle's link serves it from its thread, a fleet's server from its own. The loop
+    answers a frame on its arrival in microseconds: nothing is stepped ahead.
     """
-    blocker = loop_blocker(link, source)
-    if blocker is None:
-        link.compiled = CompiledFrames(link, source)
+    for link, source in zip(links, sources):
+        blocker = loop_blocker(link, source)
+        if blocker is not None:
+            return blocker
+    if server is None:
+        links[0].compiled = CompiledFrames(links, sources)
+    else:
+        server.compiled = CompiledFrames(links, sources, server.world, server.waker)
+    for link in links:
         link.step_ahead = None
-    return blocker
+    return None
 
 
 class CompiledFrames:
-    """Serves a lone lock-step MuJoCo vehicle's plain frames in C, for its link's thread."""
+    """Serves lock-step MuJoCo vehicles' plain frames in C (a lone one, or a fleet's world)."""
 
-    def __init__(self, link: 'SitlLink', source: MujocoLockStep, batch: int = BATCH) -> None:
-        """Serve link's frames from source (MujocoLockStep, on_frame of link) where plain."""
-        blocker = loop_blocker(link, source)
-        if blocker is not None:
-            raise ValueError(f'the compiled frame loop cannot serve this vehicle: {blocker}')
-        self.link = link
-        self.source = source
-        self.vehicle = source.vehicle
-        settings = link.settings
-        self.loop = _frame.FrameLoop(link.udp_socket.fileno(), self.vehicle.kernel,
-                                     self._diverged, batch, settings.no_time_sync,
-                                     settings.no_lockstep)
+    def __init__(self, links: Sequence['SitlLink'], sources: Sequence[MujocoLockStep],
+                 world: Optional['FleetWorld'] = None, waker: int = -1,
+                 batch: int = BATCH) -> None:
+        """Serve each link's frames from its source (on_frame of the link), where plain."""
+        self.links = tuple(links)
+        self.sources = tuple(sources)
+        self.vehicles = tuple(source.vehicle for source in sources)
+        self.world = world
+        settings = self.links[0].settings
+        hold = world.hold_timeout if world is not None else math.inf
+        self.loop = _frame.FrameLoop(
+            tuple(link.udp_socket.fileno() for link in self.links),
+            tuple(vehicle.kernel for vehicle in self.vehicles), waker,
+            hold if math.isfinite(hold) else 1e9, self._diverged, batch,
+            settings.no_time_sync, settings.no_lockstep)
         self._steps = 1
-        self._rate = 0
-        self.served = 0  # frames the loop served
-        self._thread = threading.Thread(target=self._bookkeep_batches, daemon=True,
-                                        name=f'sitl-bookkeeping-{settings.instance}')
+        self._rates: Tuple[int, ...] = ()
+        self.served = 0  # frames bookkept, every vehicle's
+        self._bookkept = threading.Condition()
+        name = f'bookkeeping-{settings.instance}'
+        self._thread = threading.Thread(target=self._bookkeep_batches, daemon=True, name=name)
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the bookkeeping thread (after the link's thread has stopped serving)."""
+        """Stop the bookkeeping thread (once the serving thread has stopped serving)."""
         self.loop.close()
         self._thread.join(2.0)
 
+    def settle(self, timeout: float = 2.0) -> bool:
+        """
+        Wait until every frame served so far is bookkept; return whether it is.
+
+        The counters trail the replies by a few milliseconds (a batch is bookkept once full
+        or 2 ms old; hurried here): for tools and tests reading them between frames.
+        """
+        target = self.loop.served()
+        self.loop.hurry()
+        with self._bookkept:
+            return self._bookkept.wait_for(lambda: self.served >= target, timeout)
+
     def ready(self) -> bool:
-        """Whether the session is plain: the loop may serve its next frames."""
-        link, source, session = self.link, self.source, self.link.session
-        return (session.last_frame is not None and session.replied_frame == session.last_frame
-                and session.origin is not None and session.last_stamp is not None
-                and link.peer is not None and link.plain and source.plain
-                and link.stats.channel_count in (16, 32))
+        """Whether every session is plain: the loop may serve their next frames."""
+        for link, source in zip(self.links, self.sources):
+            session = link.session
+            if not (session.last_frame is not None
+                    and session.replied_frame == session.last_frame
+                    and session.origin is not None and session.last_stamp is not None
+                    and link.peer is not None and link.plain and source.plain
+                    and link.stats.channel_count in (16, 32)):
+                return False
+        world = self.world
+        return world is None or world.all_holding
 
     def serve(self) -> None:
-        """Serve plain frames until a datagram needs the link; all of them bookkept on return."""
-        link, session, vehicle = self.link, self.link.session, self.vehicle
-        host, port = link.peer
-        rate = self._rate = link.stats.frame_rate_hint
-        steps, step = frame_steps(frame_period(rate), vehicle.nominal_step)
-        vehicle.model.opt.timestep = step
+        """Serve plain frames until a datagram needs a link; all of them bookkept on return."""
+        links, first = self.links, self.vehicles[0]
+        rates = self._rates = tuple(link.stats.frame_rate_hint for link in links)
+        # A fleet's world steps by the shortest period its frames ask (FleetWorld's rule).
+        steps, step = frame_steps(min(frame_period(rate) for rate in rates), first.nominal_step)
+        first.model.opt.timestep = step
         self._steps = steps
-        split = vehicle.forwarded and int(vehicle.model.opt.integrator) != vehicle.rk4
-        self.loop.resume(self.source.mapper.pwm_map, host, port, session.last_frame,
-                         link.stats.channel_count, rate, steps, step, split, session.origin,
-                         session.last_stamp)
-        outcome, detail = self.loop.serve()
-        if outcome == HANDED_BACK:
-            data, sender = detail
-            link.handle_received(data, sender)
-        elif outcome == RECEIVE_FAILED:
-            link.receive_failed(OSError(detail, os.strerror(detail)))
+        split = first.forwarded and int(first.model.opt.integrator) != first.rk4
+        sessions = tuple((*link.peer, link.session.last_frame, link.stats.channel_count, rate,
+                          link.session.origin, link.session.last_stamp)
+                         for link, rate in zip(links, rates))
+        released = self.world.released if self.world is not None else time.monotonic()
+        self.loop.resume(tuple(source.mapper.pwm_map for source in self.sources), sessions,
+                         steps, step, split, released)
+        outcome, handed, error = self.loop.serve()
+        for index, data, sender in handed:
+            links[index].handle_received(data, sender)
+        if outcome == RECEIVE_FAILED:
+            index, number = error
+            for link in (links if index < 0 else (links[index],)):
+                link.receive_failed(OSError(number, os.strerror(number)))
 
     def _diverged(self, end: float) -> None:
-        """MuJoCo reset the world in the loop's step: say so, keep the clock (Python's rule)."""
-        _diverged((self.vehicle,), end)
+        """Say that MuJoCo reset the world in the loop's step; keep the clock (Python's rule)."""
+        _diverged(self.vehicles, end)
 
     def _bookkeep_batches(self) -> None:
         """Take each batch the loop served into the bookkeeping, until closed."""
@@ -134,46 +170,55 @@ class CompiledFrames:
             try:
                 self._bookkeep(*batch)
             except Exception as error:
-                self.link.warnings.error('bookkeeping', f'{self.link._prefix}the bookkeeping of '
-                                                        f'frames served in C failed: {error!r}')
+                link = self.links[0]
+                link.warnings.error('bookkeeping', f'{link._prefix}the bookkeeping of frames '
+                                                   f'served in C failed: {error!r}')
+                link.logger.debug('traceback of the error above', exc_info=True)
             finally:
                 loop.done()
+                with self._bookkept:
+                    self._bookkept.notify_all()
 
-    def _bookkeep(self, counts: Tuple[int, ...], pwm: Tuple[Tuple[int, ...], ...],
-                  commands: Tuple[Tuple[float, ...], ...], readings: Tuple[Tuple[float, ...], ...],
-                  timestamps: Tuple[float, ...], received: Tuple[float, ...],
-                  sent: Tuple[float, ...], errors: Tuple[int, ...], answered: Tuple[bool, ...],
-                  reply: Optional[bytes]) -> None:
-        """Take a batch of frames served into the link's and the source's bookkeeping."""
-        count = len(counts)
-        link, source, vehicle = self.link, self.source, self.vehicle
-        stats, session, state = link.stats, link.session, link.state
-        stats.received += count
-        stats.new_frames += count
-        stats.last_packet = received[-1]
-        recorder, index = source.recorder, vehicle.index
-        last = count - 1
-        for k in range(count):
+    def _bookkeep(self, vehicles: Tuple[int, ...], counts: Tuple[int, ...],
+                  pwm: Tuple[Tuple[int, ...], ...], commands: Tuple[Tuple[float, ...], ...],
+                  readings: Tuple[Tuple[float, ...], ...], timestamps: Tuple[float, ...],
+                  received: Tuple[float, ...], sent: Tuple[float, ...], errors: Tuple[int, ...],
+                  answered: Tuple[bool, ...], replies: Tuple[Optional[bytes], ...]) -> None:
+        """Take a batch of frames served into the links' and the sources' bookkeeping."""
+        last: Dict[int, int] = {}
+        for k, index in enumerate(vehicles):
+            last[index] = k
+        for k, index in enumerate(vehicles):
+            link, source = self.links[index], self.sources[index]
             reading = reading_state(readings[k])
             source._check(reading, pwm[k])
-            if recorder is not None:
-                recorder.add(reading, pwm[k], commands[k], index)
+            if source.recorder is not None:
+                source.recorder.add(reading, pwm[k], commands[k], index)
+            link.stats.received += 1
+            link.stats.new_frames += 1
+            link.stats.last_packet = received[k]
+            link.session.last_frame = counts[k]
             if not answered[k]:
-                self._unanswered(counts[k], reading, timestamps[k])
+                self._unanswered(link, counts[k], reading, timestamps[k])
                 continue
-            sequence = state.push_instant(frame_instant(reading), served=True)
-            session.record_reply(counts[k], reply if k == last else None, sequence,
-                                 reading.time, timestamps[k])
-            self._sent(received[k], sent[k], errors[k])
-        session.last_frame = counts[-1]
-        vehicle.steps += count * self._steps
-        source.frames += count
-        source.stepped_in_c(ServoPacket(self._rate, counts[-1], pwm[-1]), list(commands[-1]))
-        self.served += count
+            sequence = link.state.push_instant(frame_instant(reading), served=True)
+            link.session.record_reply(counts[k], replies[index] if k == last[index] else None,
+                                      sequence, reading.time, timestamps[k])
+            self._sent(link, received[k], sent[k], errors[k])
+        for index, k in last.items():
+            vehicle, source = self.vehicles[index], self.sources[index]
+            frames = sum(1 for v in vehicles if v == index)
+            vehicle.steps += frames * self._steps
+            source.frames += frames
+            rate = self._rates[index] if index < len(self._rates) else 0
+            source.stepped_in_c(ServoPacket(rate, counts[k], pwm[k]), list(commands[k]))
+        if self.world is not None:
+            self.world.served_in_c(len(vehicles) // len(self.links), max(sent))
+        self.served += len(vehicles)
 
-    def _sent(self, received: float, sent: float, error: int) -> None:
+    @staticmethod
+    def _sent(link: 'SitlLink', received: float, sent: float, error: int) -> None:
         """Count a reply the loop sent, or say why it could not."""
-        link = self.link
         link.session.replied_at = sent
         if error:
             link.warnings.warning('send', f'{link._prefix}reply to {link.peer} failed: '
@@ -182,10 +227,10 @@ class CompiledFrames:
         link.stats.replied += 1
         link.stats.latency.add(sent - received)
 
-    def _unanswered(self, frame_count: int, reading: VehicleState, timestamp: float) -> None:
-        """The loop stepped a frame it could not answer: push it, and say why, as the link does."""
-        link = self.link
-        packet = ServoPacket(self._rate, frame_count, ())
+    def _unanswered(self, link: 'SitlLink', frame_count: int, reading: VehicleState,
+                    timestamp: float) -> None:
+        """Push a frame the loop stepped but could not answer, and say why, as the link does."""
+        packet = ServoPacket(0, frame_count, ())
         try:
             instant = frame_instant(reading)
         except ValueError as error:
@@ -200,3 +245,4 @@ class CompiledFrames:
             except ReplyError as error:
                 reason = str(error)
         link._unanswered(packet, reason, 'reply_error')
+

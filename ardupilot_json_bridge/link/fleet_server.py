@@ -18,11 +18,14 @@ import math
 import select
 import socket
 import threading
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set, TYPE_CHECKING
 
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import Instant
 from ardupilot_json_bridge.link.sitl_link import SitlLink
+
+if TYPE_CHECKING:
+    from ardupilot_json_bridge.link.compiled_frames import CompiledFrames
 
 # A vehicle's instant once the world stepped its held frame (MujocoLockStep.held_instant).
 Resume = Callable[[], Optional[Instant]]
@@ -60,6 +63,13 @@ class FleetServer:
         self._waker, self._wake_end = socket.socketpair()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        # The fleet's plain frames served in C (link/compiled_frames.py), if any.
+        self.compiled: Optional['CompiledFrames'] = None
+
+    @property
+    def waker(self) -> int:
+        """Return the socket stop() writes to, which wakes any wait for the SITLs."""
+        return self._waker.fileno()
 
     def start(self) -> None:
         """Serve in a daemon thread until stop()."""
@@ -76,6 +86,8 @@ class FleetServer:
         self._wake_end.send(b'\0')
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
+        if self.compiled is not None:
+            self.compiled.close()
         self._waker.close()
         self._wake_end.close()
 
@@ -83,6 +95,10 @@ class FleetServer:
         poller, registered = select.poll(), set()
         poller.register(self._waker, select.POLLIN)
         while not self._stopping.is_set():
+            compiled = self.compiled
+            if compiled is not None and compiled.ready():
+                self._serve_compiled(compiled)
+                continue
             try:
                 self._watch(poller, registered)
                 wait = self.world.wait_time()
@@ -102,6 +118,17 @@ class FleetServer:
                 self.warnings.error('loop', f'the fleet carries on after an unexpected '
                                             f'{error!r}')
                 self.logger.debug('traceback of the error above', exc_info=True)
+
+    def _serve_compiled(self, compiled: 'CompiledFrames') -> None:
+        """Serve plain frames in C until a datagram needs a link; then step as ever."""
+        try:
+            compiled.serve()
+            self._step()
+        except Exception as error:
+            self.compiled = None
+            self.logger.error(f'the compiled frame loop failed ({error!r}): every frame is '
+                              'served in Python from now on')
+            self.logger.debug('traceback of the error above', exc_info=True)
 
     def _watch(self, poller: 'select.poll', registered: set) -> None:
         """Wait on the sockets of the links not held (a held link's SITL waits for its reply)."""

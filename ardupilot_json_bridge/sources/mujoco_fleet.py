@@ -47,6 +47,22 @@ class FleetWorld:
         return f'vehicle {index} (SITL instance {self.first_instance + index})'
 
     @property
+    def all_holding(self) -> bool:
+        """Whether every vehicle's SITL holds the world and no frame is in yet (a plain fleet)."""
+        return len(self._active) == len(self.vehicles) and not self._arrived
+
+    @property
+    def released(self) -> float:
+        """Return when the world last answered every SITL (the oldest, for the hold)."""
+        return min(self._heard.values(), default=self._clock())
+
+    def served_in_c(self, steps: int, released: float) -> None:
+        """The compiled frame loop stepped the world steps times, answering all at released."""
+        self.steps += steps
+        for index in self._active:
+            self._heard[index] = released
+
+    @property
     def holding(self) -> List[int]:
         """Return the vehicles whose SITL the world waits for, in order (the serving thread's)."""
         return sorted(self._active)
