@@ -41,7 +41,8 @@ def fly(count: int, args: argparse.Namespace) -> List[Dict[str, object]]:
     """Fly a fleet of count and return each vehicle's figures (the child's work)."""
     import fleet_flight
     heights = [BASE_HEIGHT + k for k in range(count)]
-    flight = fleet_flight.fly_fleet(heights, args.speedup, args.hold, args.first, args.timeout)
+    flight = fleet_flight.fly_fleet(heights, args.speedup, args.hold, args.first, args.timeout,
+                                    not args.python_frames)
     rows = []
     for index, (height, record) in enumerate(zip(heights, flight.records)):
         row: Dict[str, object] = {'height': height, 'skipped': flight.skipped[index],
@@ -80,6 +81,8 @@ def run_child(count: int, args: argparse.Namespace) -> List[Dict[str, object]]:
     command = [sys.executable, os.path.abspath(__file__), '--fly', str(count),
                '--hold', str(args.hold), '--speedup', str(args.speedup),
                '--first', str(args.first), '--timeout', str(args.timeout)]
+    if args.python_frames:
+        command.append('--python-frames')
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
     try:
@@ -114,6 +117,8 @@ def main() -> None:
     parser.add_argument('--timeout', type=float, default=300.0, help='one flight, wall s')
     parser.add_argument('--tolerance', type=float, default=0.5, help='m, issue 21')
     parser.add_argument('--lock', help='hold this flock file while each fleet flies')
+    parser.add_argument('--python-frames', action='store_true',
+                        help='serve every frame in Python (as mujoco --python-frames)')
     parser.add_argument('--fly', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fly:

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ardupilot_json_bridge.cli import default_preset, load_config
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings
 from ardupilot_json_bridge.core.state import SensorState
+from ardupilot_json_bridge.link.compiled_frames import compile_frames
 from ardupilot_json_bridge.link.fleet_server import FleetServer
 from ardupilot_json_bridge.link.sitl_link import SitlLink
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
@@ -37,12 +38,14 @@ class FleetFlight:
 
 
 def fly_fleet(heights: Sequence[float], speedup: float, hold: float, first: int = 3,
-              timeout: float = 240.0) -> FleetFlight:
+              timeout: float = 240.0, compiled: bool = True) -> FleetFlight:
     """
     Fly len(heights) real ArduCopters at once, vehicle k to heights[k], hovering hold s.
 
     Each SITL runs at speedup with config/quad_x.parm (sitl_flight.Sitl); positions are the
-    vehicles' final truth (ROS ENU, m), for where they ended up in the one world.
+    vehicles' final truth (ROS ENU, m), for where they ended up in the one world. Plain frames
+    are served by the compiled frame loop, as the mujoco command serves them, unless compiled
+    is False.
     """
     count = len(heights)
     config = load_config(default_preset('mujoco_quad_x.yaml'), '', {})
@@ -60,6 +63,9 @@ def fly_fleet(heights: Sequence[float], speedup: float, hold: float, first: int 
                               on_frame=sources[-1].on_frame, on_restart=sources[-1].on_restart,
                               after_reply=sources[-1].after_reply))
     server = FleetServer(links, fleet, [source.held_instant for source in sources])
+    if compiled:
+        blocker = compile_frames(links, sources, server)
+        assert blocker is None, blocker
     server.start()
     starts = [vehicle.state().position[2] for vehicle in vehicles]
     records: Dict[int, sitl_flight.FlightRecord] = {}
