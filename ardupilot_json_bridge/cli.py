@@ -346,7 +346,7 @@ def run_mujoco(args: argparse.Namespace, stop: threading.Event) -> int:
     from ardupilot_json_bridge.core.state import SensorState
     from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
     from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
-    from ardupilot_json_bridge.link.compiled_frames import compile_frames
+    from ardupilot_json_bridge.sources.compiled_frames import compile_frames
     from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep, outputs_description
     from ardupilot_json_bridge.sources.mujoco_vehicle import (
         DEFAULT_VEHICLE, engine_wind, load_world, MujocoVehicle, shipped_model)

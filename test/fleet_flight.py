@@ -15,9 +15,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ardupilot_json_bridge.cli import default_preset, load_config
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings
 from ardupilot_json_bridge.core.state import SensorState
-from ardupilot_json_bridge.link.compiled_frames import compile_frames
 from ardupilot_json_bridge.link.fleet_server import FleetServer
 from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.sources.compiled_frames import compile_frames
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep
 from ardupilot_json_bridge.sources.mujoco_vehicle import DEFAULT_MODEL, load_world, MujocoVehicle

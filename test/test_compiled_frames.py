@@ -1,5 +1,6 @@
-"""The compiled frame loop (link/compiled_frames.py): the replies, faults and bookkeeping."""
+"""The compiled frame loop (sources/compiled_frames.py): the replies, faults and bookkeeping."""
 
+from dataclasses import replace
 import logging
 import math
 import time
@@ -17,9 +18,9 @@ from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.protocol import encode_servo_packet  # noqa: E402
 from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSettings  # noqa: E402
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
-from ardupilot_json_bridge.link.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.link.session import RESEND_MIN  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
     MujocoVehicle, shipped_model)
@@ -180,6 +181,27 @@ def test_a_divergence_in_the_loop_is_named_and_its_clock_carries_on(caplog, tmp_
     assert engine.link.compiled.served == 301
 
 
+def test_a_stranger_after_peer_timeout_does_not_take_the_port_of_a_sitl_served_in_c():
+    # The locked SITL is heard through the frames the loop serves: a stranger's packet after
+    # more than peer_timeout of serving is a stranger's, not "SITL moved".
+    engine = Engine(True)
+    engine.link.settings = replace(engine.link.settings, peer_timeout=0.3)
+    peer, stranger = SitlPeer(engine.link.address[1]), SitlPeer(engine.link.address[1])
+    try:
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            peer.step(pwm=[1500] * 16)
+        stranger.send(frame_count=5, pwm=[1500] * 16)
+        assert stranger.receive(timeout=0.3) is None
+        replies = [peer.step(pwm=[1500] * 16) for _ in range(10)]
+    finally:
+        peer.close()
+        stranger.close()
+        engine.stop()
+    assert len(replies) == 10
+    assert engine.link.stats.strangers == 1 and engine.link.stats.restarts == 0
+
+
 def test_what_the_loop_cannot_serve_is_said_and_served_in_python(caplog):
     # The plane's wing is a force model stepped in Python: its frames stay Python's.
     engine = Engine(True, 'plane')
@@ -188,32 +210,98 @@ def test_what_the_loop_cannot_serve_is_said_and_served_in_python(caplog):
     assert engine.link.compiled is None
 
 
-def test_the_replies_read_back_to_the_physics_read_in_ros_conventions():
-    # A reply against the vehicle's own state, converted here by hand: NED position and
-    # velocity, FRD rates, and the attitude of the FLU body in ENU as FRD in NED.
+def test_the_replies_read_back_to_mujocos_own_state_in_ardupilot_conventions():
+    # A reply against MuJoCo's own arrays (not the compiled reader), converted here by hand:
+    # NED position and velocity, FRD rates and specific force, and the attitude of the FLU
+    # body in ENU (qpos, w first) as FRD in NED, by scipy.
     engine = Engine(True)
     peer = SitlPeer(engine.link.address[1])
+    data = engine.vehicle.data
     try:
         for _ in range(400):
             reply = peer.step(pwm=[1800, 1700, 1750, 1650] + [1000] * 12)
-        time.sleep(0.05)
-        truth = engine.vehicle.state()
+        assert engine.link.compiled.settle()
+        qpos, qvel, sensors = data.qpos.copy(), data.qvel.copy(), data.sensordata.copy()
     finally:
         peer.close()
         engine.stop()
-    x, y, z = truth.position
+    x, y, z = qpos[:3]
     assert reply['position'] == pytest.approx((y, x, -z), abs=1e-12)
-    vx, vy, vz = truth.velocity
+    vx, vy, vz = qvel[:3]
     assert reply['velocity'] == pytest.approx((vy, vx, -vz), rel=1e-6, abs=1e-6)
-    p, q, r = truth.body_rates
+    assert max(map(abs, reply['imu.gyro'])) > 0.01  # it turns: the signs below are seen
+    p, q, r = sensors[:3]  # the gyro, then the accelerometer (quad_x.xml)
     assert reply['imu.gyro'] == pytest.approx((p, -q, -r), rel=1e-6, abs=1e-6)
-    fx, fy, fz = truth.specific_force
+    fx, fy, fz = sensors[3:6]
     assert reply['imu.accel_body'] == pytest.approx((fx, -fy, -fz), rel=1e-6, abs=1e-6)
     from scipy.spatial.transform import Rotation
-    enu_flu = Rotation.from_quat(truth.orientation)
+    enu_flu = Rotation.from_quat([*qpos[4:7], qpos[3]])
     ned_enu = Rotation.from_matrix([[0, 1, 0], [1, 0, 0], [0, 0, -1]])
     flu_frd = Rotation.from_matrix([[1, 0, 0], [0, -1, 0], [0, 0, -1]])
     w, qx, qy, qz = reply['quaternion']
     sent = Rotation.from_quat([qx, qy, qz, w])
     expected = ned_enu * enu_flu * flu_frd
     assert (sent.inv() * expected).magnitude() < 1e-6
+
+
+def test_a_compiled_fleet_whose_sitls_all_stop_sleeps_until_one_sends():
+    # Every SITL silent (paused, stopped): the world holds nothing, and the serving thread
+    # waits on the sockets; it does not go round serving nothing.
+    from test_mujoco_fleet import Fleet, FULL
+    fleet = Fleet(compiled=True)
+    rounds = []
+    step = fleet.server._step
+    fleet.server._step = lambda: (rounds.append(1), step())[1]
+    try:
+        for _ in range(20):
+            fleet.step({0: FULL, 1: FULL})
+        before = len(rounds)
+        time.sleep(1.0)
+        idle = len(rounds) - before
+        replies = fleet.step({0: FULL, 1: FULL})
+    finally:
+        fleet.close()
+    assert idle < 5, idle
+    assert sorted(replies) == [0, 1]
+
+
+def test_a_stopped_engine_is_freed_with_its_compiled_loop():
+    import gc
+    import weakref
+    engine = Engine(True)
+    peer = SitlPeer(engine.link.address[1])
+    try:
+        for _ in range(50):
+            peer.step(pwm=[1500] * 16)
+    finally:
+        peer.close()
+        engine.stop()
+    vehicle, frames = weakref.ref(engine.vehicle), weakref.ref(engine.link.compiled)
+    del engine
+    gc.collect()
+    assert vehicle() is None and frames() is None
+
+
+def test_a_signal_to_the_serving_thread_is_no_receive_failure(caplog):
+    # The loop's blocking receive, interrupted by a signal with a Python handler, carries on
+    # (Python's own sockets retry on EINTR).
+    import signal
+    import threading
+    caught = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: caught.append(1))
+    engine = Engine(True)
+    peer = SitlPeer(engine.link.address[1])
+    try:
+        replies = [peer.step(pwm=[1500] * 16) for _ in range(20)]
+        for _ in range(5):
+            signal.pthread_kill(engine.link._thread.ident, signal.SIGUSR1)
+            time.sleep(0.02)
+        replies += [peer.step(pwm=[1500] * 16) for _ in range(20)]
+        serving = [t for t in threading.enumerate() if t is engine.link._thread]
+    finally:
+        peer.close()
+        engine.stop()
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(replies) == 40 and serving
+    assert 'receive failed' not in caplog.text, caplog.text
+    assert engine.link.compiled.served >= 38

@@ -19,9 +19,9 @@ from ardupilot_json_bridge.cli import default_preset, load_config  # noqa: E402
 from ardupilot_json_bridge.core.settings import (  # noqa: E402
     LinkSettings, SAMPLES, sitl_port, StateSettings)
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
-from ardupilot_json_bridge.link.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.link.fleet_server import FleetServer  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402

@@ -2,5 +2,5 @@
 A lock-step frame's hot path in C (_frame.c), each rule written once there.
 
 The Python modules that own a rule call it from here, and the frame loop
-(link/compiled_frames.py) serves SITL with the same code where no interpreter runs.
+(sources/compiled_frames.py) serves SITL with the same code where no interpreter runs.
 """

@@ -7,7 +7,7 @@
  * FrameLoop serves SITL with the same code where no interpreter runs: datagram in, PWM to
  * commands, physics, sensors, reply out, for the plain next frame of a session. Anything else
  * (a first frame, a restart, a resend, a stranger, a bad packet) goes back to the Python link
- * (link/compiled_frames.py), which drains the frames served meanwhile into its bookkeeping.
+ * (sources/compiled_frames.py), which drains the frames served meanwhile into its bookkeeping.
  *
  * MuJoCo is reached through the functions of the wheel's own library and the bindings' own
  * model and data (their addresses, from Python): no MuJoCo header is needed to build this.
@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -72,7 +73,8 @@ static int decode_servo(const uint8_t *data, Py_ssize_t size, Servo *servo) {
   servo->rate = little(data + 2, 2);
   servo->count = little(data + 4, 4);
   servo->channels = channels;
-  for (int i = 0; i < channels; i++) servo->pwm[i] = (uint16_t)little(data + SERVO_HEADER + 2 * i, 2);
+  for (int i = 0; i < channels; i++)
+    servo->pwm[i] = (uint16_t)little(data + SERVO_HEADER + 2 * i, 2);
   return 1;
 }
 
@@ -149,10 +151,6 @@ static void flu_to_frd(const double *in, double *out) {
   out[2] = -in[2];
 }
 
-/*
- * ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first, w >= 0):
- * Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out. 0 where it is no rotation.
- */
 /* The unit quaternion with w >= 0 (q and -q are the same rotation); 0 where it is none. */
 static int canonical(double w, double x, double y, double z, double *q) {
   double norm = hypot(hypot(w, x), hypot(y, z));
@@ -165,6 +163,10 @@ static int canonical(double w, double x, double y, double z, double *q) {
   return 1;
 }
 
+/*
+ * ROS orientation (FLU body in ENU, x-y-z-w) to ArduPilot's (FRD body in NED, w-first, w >= 0):
+ * Q_NED_ENU * (w, x, y, z) * Q_FLU_FRD multiplied out. 0 where it is no rotation.
+ */
 static int ros_to_ned_frd(double x, double y, double z, double w, double *q) {
   double h = HALF_SQRT2;
   return canonical(h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z, q);
@@ -218,7 +220,8 @@ static PyObject *py_ros_to_ned_frd(PyObject *module, PyObject *args) {
  * command = multiplier * (raw + offset). PWM 0 (SITL drives nothing) keeps the last command.
  */
 typedef struct {
-  PyObject_HEAD int outputs;
+  PyObject_HEAD
+  int outputs;
   int channel[MAX_ACTUATORS];
   double low[MAX_ACTUATORS], high[MAX_ACTUATORS], multiplier[MAX_ACTUATORS],
       offset[MAX_ACTUATORS], value[MAX_ACTUATORS];
@@ -293,7 +296,8 @@ static PyObject *PwmMap_commands(PwmMap *self, PyObject *arg) {
   map_pwm(self, pwm, usable);
   PyObject *result = PyList_New(self->outputs);
   if (!result) return NULL;
-  for (int i = 0; i < self->outputs; i++) PyList_SET_ITEM(result, i, PyFloat_FromDouble(self->value[i]));
+  for (int i = 0; i < self->outputs; i++)
+    PyList_SET_ITEM(result, i, PyFloat_FromDouble(self->value[i]));
   return result;
 }
 
@@ -321,7 +325,8 @@ typedef struct {
 } Mujoco;
 
 typedef struct {
-  PyObject_HEAD PyObject *keep; /* the model, the data and the arrays pointed into */
+  PyObject_HEAD
+  PyObject *keep; /* the model, the data and the arrays pointed into */
   Mujoco mj;
   void *model, *data;
   double *ctrl, *qpos, *qvel, *gyro, *accel, *commands, *speeds;
@@ -333,7 +338,8 @@ typedef struct {
 
 static double *address(PyObject *value) {
   unsigned long long pointer = PyLong_AsUnsignedLongLong(value);
-  return pointer == (unsigned long long)-1 && PyErr_Occurred() ? NULL : (double *)(uintptr_t)pointer;
+  if (pointer == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  return (double *)(uintptr_t)pointer;
 }
 
 /*
@@ -430,7 +436,8 @@ static void before_step(Vehicle *vehicle) {
   if (!vehicle->rotors) return;
   for (int i = 0; i < vehicle->actuators; i++) {
     if (vehicle->rotor[i]) {
-      double speed = vehicle->speeds[i] + vehicle->blend * (vehicle->commands[i] - vehicle->speeds[i]);
+      double speed = vehicle->speeds[i];
+      speed += vehicle->blend * (vehicle->commands[i] - speed);
       vehicle->speeds[i] = speed;
       vehicle->ctrl[i] = vehicle->thrust * speed * speed;
     } else {
@@ -499,7 +506,14 @@ static PyObject *reading_tuple(const double *r) {
   return tuple;
 }
 
+static int made(Vehicle *self) {
+  if (self->model) return 1;
+  PyErr_SetString(PyExc_RuntimeError, "the compiled vehicle was not made");
+  return 0;
+}
+
 static PyObject *Vehicle_set_commands(Vehicle *self, PyObject *arg) {
+  if (!made(self)) return NULL;
   PyObject *items = PySequence_Fast(arg, "commands are a sequence of numbers");
   if (!items) return NULL;
   int count = (int)PySequence_Fast_GET_SIZE(items);
@@ -517,12 +531,14 @@ static PyObject *Vehicle_set_commands(Vehicle *self, PyObject *arg) {
 }
 
 static PyObject *Vehicle_read(Vehicle *self, PyObject *unused) {
+  if (!made(self)) return NULL;
   double reading[READING_VALUES];
   read_vehicle(self, reading);
   return reading_tuple(reading);
 }
 
 static PyObject *Vehicle_forward(Vehicle *self, PyObject *unused) {
+  if (!made(self)) return NULL;
   self->mj.forward(self->model, self->data);
   Py_RETURN_NONE;
 }
@@ -571,6 +587,7 @@ static PyObject *py_advance(PyObject *module, PyObject *args) {
       return NULL;
     }
     each[k] = (Vehicle *)item;
+    if (!made(each[k])) return NULL;
     hooked |= PyTuple_GET_ITEM(hooks, k) != Py_None;
   }
   int ok;
@@ -586,7 +603,7 @@ static PyObject *py_advance(PyObject *module, PyObject *args) {
 
 /* ---- The frame loop ------------------------------------------------------------------------ */
 
-#define MAX_VEHICLES 64
+#define MAX_VEHICLES 64 /* settings.MAX_FLEET */
 /* A batch not full is handed to the bookkeeping once its first frame is this old (s). */
 #define BATCH_AGE 0.002
 
@@ -629,7 +646,8 @@ typedef struct {
  * so no reply waits for the interpreter. A full batch waits for the other to be taken.
  */
 typedef struct {
-  PyObject_HEAD PyObject *vehicles, *maps, *on_diverged;
+  PyObject_HEAD
+  PyObject *vehicles, *maps, *on_diverged;
   int count;
   Seat seat[MAX_VEHICLES];
   int waker, hurry[2];
@@ -645,7 +663,7 @@ typedef struct {
   int filled[2];
   int filling, pending, closed;
   double batch_started;
-  unsigned long long served;
+  unsigned long long served, world_steps;
   pthread_mutex_t lock;
   pthread_cond_t changed;
   int ready;
@@ -837,8 +855,12 @@ enum Outcome { HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED };
 static int take_datagram(FrameLoop *self, int k) {
   Seat *seat = &self->seat[k];
   seat->sender_size = sizeof(seat->sender);
-  ssize_t size = recvfrom(seat->fd, seat->datagram, MAX_DATAGRAM, 0,
-                          (struct sockaddr *)&seat->sender, &seat->sender_size);
+  ssize_t size;
+  do {
+    seat->sender_size = sizeof(seat->sender);
+    size = recvfrom(seat->fd, seat->datagram, MAX_DATAGRAM, 0, (struct sockaddr *)&seat->sender,
+                    &seat->sender_size);
+  } while (size < 0 && errno == EINTR);
   if (size < 0) {
     self->failed_seat = k;
     self->receive_error = errno;
@@ -857,18 +879,19 @@ static int take_datagram(FrameLoop *self, int k) {
 /*
  * Hand a batch not full to the bookkeeping once its first frame is BATCH_AGE old (and the
  * other batch is taken): the links' counters trail the replies by milliseconds, not by a
- * batch, when SITL is slow or gone. Returns when to look again (0: nothing to wait for).
+ * batch, when SITL is slow or gone. Returns when to look again: -1 never (no batch waits),
+ * 0 once done() or hurry() writes to the hurry pipe, else that monotonic time.
  */
 static double age_batch(FrameLoop *self, int hurried) {
-  double due = 0.0;
+  double due = -1.0;
   pthread_mutex_lock(&self->lock);
   if (self->filled[self->filling] && self->pending >= 0) {
-    due = monotonic() + BATCH_AGE; /* the other batch is being bookkept: look again then */
+    due = 0.0; /* the other batch is being bookkept: done() wakes the loop */
   } else if (self->filled[self->filling]) {
     due = self->batch_started + BATCH_AGE;
     if (hurried || monotonic() >= due) {
       hand_over(self);
-      due = 0.0;
+      due = -1.0;
     }
   }
   pthread_mutex_unlock(&self->lock);
@@ -877,14 +900,16 @@ static double age_batch(FrameLoop *self, int hurried) {
 
 /* Milliseconds until due for poll() (rounded up), or -1 where nothing is due. */
 static int milliseconds_to(double due) {
-  if (due <= 0.0) return -1;
-  double left = due - monotonic();
-  return left <= 0.0 ? 0 : (int)ceil(left * 1000.0);
+  if (due <= 0.0) return -1; /* nothing due */
+  double left = ceil((due - monotonic()) * 1000.0);
+  return left <= 0.0 ? 0 : left >= INT_MAX ? INT_MAX : (int)left;
 }
 
 /*
  * Read one datagram from every vehicle's SITL: HANDED_BACK where one is no plain frame,
- * WAITED where the world's hold ran out or the waker woke, -1 when all are in.
+ * WAITED where the world's hold ran out (once a frame is in, as FleetWorld holds) or the waker
+ * woke, RECEIVE_FAILED where a socket failed (or cannot be polled: failed_seat, errno 0), -1
+ * when all are in.
  */
 static int gather(FrameLoop *self) {
   int count = self->count, waiting = count;
@@ -896,16 +921,16 @@ static int gather(FrameLoop *self) {
   while (waiting) {
     double batch_due = age_batch(self, hurried);
     hurried = 0;
+    if (count == 1 && self->waker < 0 && batch_due < 0.0) {
+      int plain = take_datagram(self, 0); /* a lone vehicle, nothing due: block on it */
+      return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
+    }
     int n = 0;
     for (int k = 0; k < count; k++) {
       if (self->seat[k].arrived) continue;
       fds[n].fd = self->seat[k].fd;
       fds[n].events = POLLIN;
       seats[n++] = k;
-    }
-    if (count == 1 && self->waker < 0 && batch_due == 0.0) {
-      int plain = take_datagram(self, 0); /* a lone vehicle, nothing due: block on it */
-      return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
     }
     if (self->waker >= 0) {
       fds[n].fd = self->waker;
@@ -915,7 +940,7 @@ static int gather(FrameLoop *self) {
     fds[n].fd = self->hurry[0];
     fds[n].events = POLLIN;
     seats[n++] = -2;
-    double hold_due = count > 1 ? self->released + self->hold_timeout : 0.0;
+    double hold_due = waiting < count ? self->released + self->hold_timeout : -1.0;
     int hold = milliseconds_to(hold_due), batch = milliseconds_to(batch_due);
     int timeout = hold < 0 ? batch : batch < 0 ? hold : hold < batch ? hold : batch;
     int ready = poll(fds, n, timeout);
@@ -931,13 +956,20 @@ static int gather(FrameLoop *self) {
     }
     for (int i = 0; i < n; i++) {
       if (!fds[i].revents) continue;
-      if (seats[i] == -2) { /* hurry(): the batch goes to the bookkeeping now */
+      if (seats[i] == -2) { /* done() or hurry(): look at the batch again */
         char drained[64];
         while (read(self->hurry[0], drained, sizeof(drained)) > 0) continue;
         hurried = 1;
         continue;
       }
-      if (seats[i] < 0 || fds[i].revents & (POLLERR | POLLHUP | POLLNVAL)) return WAITED;
+      if (seats[i] == -1) return WAITED;
+      if (fds[i].revents & POLLNVAL || (count > 1 && fds[i].revents & (POLLERR | POLLHUP))) {
+        /* Closed under the loop, or (a fleet's) in error: the Python server judges it. A lone
+         * vehicle's error (SITL's port closed) is read below, as the Python link reads it. */
+        self->failed_seat = seats[i];
+        self->receive_error = 0;
+        return RECEIVE_FAILED;
+      }
       int plain = take_datagram(self, seats[i]);
       if (plain < 0) return RECEIVE_FAILED;
       if (!plain) return HANDED_BACK;
@@ -957,7 +989,7 @@ static int answer(FrameLoop *self, int k) {
   frame->count = seat->servo.count;
   frame->channels = seat->servo.channels;
   memcpy(frame->pwm, seat->servo.pwm, sizeof(uint16_t) * seat->servo.channels);
-  memcpy(frame->commands, vehicle->commands, sizeof(double) * vehicle->actuators);
+  memcpy(frame->commands, seat->map->value, sizeof(double) * seat->map->outputs);
   read_vehicle(vehicle, frame->reading);
   frame->received = seat->received;
   frame->timestamp = frame->sent = NAN;
@@ -986,9 +1018,12 @@ static int answer(FrameLoop *self, int k) {
     frame->answered = 1;
     seat->last_stamp = stamp;
     frame->sent = monotonic();
-    if (sendto(seat->fd, frame->reply, length, 0, (struct sockaddr *)&seat->peer,
-               seat->peer_size) < 0)
-      frame->send_error = errno;
+    ssize_t sent;
+    do {
+      sent = sendto(seat->fd, frame->reply, length, 0, (struct sockaddr *)&seat->peer,
+                    seat->peer_size);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) frame->send_error = errno;
   }
   pthread_mutex_lock(&self->lock);
   if (!self->filled[self->filling]) self->batch_started = frame->received;
@@ -1029,6 +1064,9 @@ static enum Outcome serve_frames(FrameLoop *self) {
     first->mj.forward(first->model, first->data);
     self->split = 1;
     self->consumed = 0;
+    pthread_mutex_lock(&self->lock);
+    self->world_steps++;
+    pthread_mutex_unlock(&self->lock);
     int answered = 1;
     for (int k = 0; k < self->count; k++) answered &= answer(self, k);
     self->released = monotonic();
@@ -1040,8 +1078,9 @@ static enum Outcome serve_frames(FrameLoop *self) {
  * serve() -> (outcome, handed, error): serve until a datagram needs the Python links
  * (outcome 0), receiving failed (1: error is (vehicle or -1, errno)), a frame stepped could
  * not be answered (2: the bookkeeping says why) or the world's hold ran out or the waker woke
- * (3). handed holds the datagrams read and not served, (vehicle, datagram, (host, port)) in
- * the order they came. Every frame served is bookkept (take, done) before serve returns.
+ * (3). handed holds the datagrams read and not served, (vehicle, datagram, (host, port),
+ * arrival) in the order they came; errno 0: the vehicle's socket cannot be polled. Every
+ * frame served is bookkept (take, done) before serve returns.
  */
 static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
   enum Outcome outcome;
@@ -1070,8 +1109,8 @@ static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
       inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
       port = ntohs(v6->sin6_port);
     }
-    PyObject *item = Py_BuildValue("(iy#(si))", self->order[i], seat->datagram, seat->size, host,
-                                   port);
+    PyObject *item = Py_BuildValue("(iy#(si)d)", self->order[i], seat->datagram, seat->size,
+                                   host, port, seat->received);
     if (!item) {
       Py_DECREF(handed);
       return NULL;
@@ -1120,8 +1159,10 @@ static PyObject *FrameLoop_take(FrameLoop *self, PyObject *unused) {
       Py_XDECREF(values);
       goto done;
     }
-    for (int i = 0; i < frame->channels; i++) PyTuple_SET_ITEM(channels, i, PyLong_FromLong(frame->pwm[i]));
-    for (int i = 0; i < actuators; i++) PyTuple_SET_ITEM(values, i, PyFloat_FromDouble(frame->commands[i]));
+    for (int i = 0; i < frame->channels; i++)
+      PyTuple_SET_ITEM(channels, i, PyLong_FromLong(frame->pwm[i]));
+    for (int i = 0; i < actuators; i++)
+      PyTuple_SET_ITEM(values, i, PyFloat_FromDouble(frame->commands[i]));
     PyTuple_SET_ITEM(lists[0], j, PyLong_FromLong(frame->vehicle));
     PyTuple_SET_ITEM(lists[1], j, PyLong_FromUnsignedLong(frame->count));
     PyTuple_SET_ITEM(lists[2], j, channels);
@@ -1155,6 +1196,8 @@ static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
     self->pending = -1;
     pthread_cond_broadcast(&self->changed);
     pthread_mutex_unlock(&self->lock);
+    if (write(self->hurry[1], "", 1) < 0 && errno != EAGAIN) /* a batch may wait to go */
+      return PyErr_SetFromErrno(PyExc_OSError);
   }
   Py_RETURN_NONE;
 }
@@ -1166,13 +1209,14 @@ static PyObject *FrameLoop_hurry(FrameLoop *self, PyObject *unused) {
 }
 
 static PyObject *FrameLoop_served(FrameLoop *self, PyObject *unused) {
-  unsigned long long served = 0;
+  unsigned long long served = 0, steps = 0;
   if (self->ready) {
     pthread_mutex_lock(&self->lock);
     served = self->served;
+    steps = self->world_steps;
     pthread_mutex_unlock(&self->lock);
   }
-  return PyLong_FromUnsignedLongLong(served);
+  return Py_BuildValue("(KK)", served, steps);
 }
 
 static PyObject *FrameLoop_close(FrameLoop *self, PyObject *unused) {
@@ -1197,7 +1241,7 @@ static PyMethodDef FrameLoop_methods[] = {
     {"hurry", (PyCFunction)FrameLoop_hurry, METH_NOARGS,
      "Have a batch not full go to the bookkeeping now, not when 2 ms old."},
     {"served", (PyCFunction)FrameLoop_served, METH_NOARGS,
-     "Frames served since the loop was made, every vehicle's."},
+     "(frames, world steps) served since the loop was made, every vehicle's frames."},
     {"close", (PyCFunction)FrameLoop_close, METH_NOARGS,
      "Wake take() with None, and serve() from waiting for the bookkeeping."},
     {NULL}};

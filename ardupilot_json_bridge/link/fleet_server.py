@@ -18,14 +18,11 @@ import math
 import select
 import socket
 import threading
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set, TYPE_CHECKING
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set
 
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import Instant
-from ardupilot_json_bridge.link.sitl_link import SitlLink
-
-if TYPE_CHECKING:
-    from ardupilot_json_bridge.link.compiled_frames import CompiledFrames
+from ardupilot_json_bridge.link.sitl_link import FrameServer, SitlLink
 
 # A vehicle's instant once the world stepped its held frame (MujocoLockStep.held_instant).
 Resume = Callable[[], Optional[Instant]]
@@ -63,8 +60,8 @@ class FleetServer:
         self._waker, self._wake_end = socket.socketpair()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # The fleet's plain frames served in C (link/compiled_frames.py), if any.
-        self.compiled: Optional['CompiledFrames'] = None
+        # The fleet's plain frames served in C (sources/compiled_frames.py), if any.
+        self.compiled: Optional[FrameServer] = None
 
     @property
     def waker(self) -> int:
@@ -119,12 +116,13 @@ class FleetServer:
                                             f'{error!r}')
                 self.logger.debug('traceback of the error above', exc_info=True)
 
-    def _serve_compiled(self, compiled: 'CompiledFrames') -> None:
+    def _serve_compiled(self, compiled: FrameServer) -> None:
         """Serve plain frames in C until a datagram needs a link; then step as ever."""
         try:
             compiled.serve()
             self._step()
         except Exception as error:
+            compiled.close()
             self.compiled = None
             self.logger.error(f'the compiled frame loop failed ({error!r}): every frame is '
                               'served in Python from now on')

@@ -15,7 +15,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable, Optional, Tuple, TYPE_CHECKING
+from typing import Callable, Optional, Protocol, Tuple
 
 from ardupilot_json_bridge.core.protocol import (
     decode_servo_packet, encode_reply, next_frame_datagram, ReplyError, ServoPacket,
@@ -32,10 +32,22 @@ from ardupilot_json_bridge.link.session import FrameKind, SitlSession
 from ardupilot_json_bridge.link.state_pacing import StatePacing, WaitCallback
 from ardupilot_json_bridge.link.udp_port import Address, bind_udp, MAX_DATAGRAM, wake
 
-if TYPE_CHECKING:
-    from ardupilot_json_bridge.link.compiled_frames import CompiledFrames
-
 RestartCallback = Callable[[], None]
+
+
+class FrameServer(Protocol):
+    """Serves plain frames in the serving thread (sources/compiled_frames.CompiledFrames)."""
+
+    def ready(self) -> bool:
+        """Whether the sessions are plain: serve() may serve their next frames."""
+
+    def serve(self) -> None:
+        """Serve until a datagram needs the link, which is handed it; bookkeep every frame."""
+
+    def close(self) -> None:
+        """Stop, once the serving thread stopped serving."""
+
+
 # A lock-step engine stepping the frame after packet's on a guess: the Instant it stepped to.
 StepAheadCallback = Callable[[ServoPacket], Optional[Instant]]
 
@@ -97,8 +109,8 @@ class SitlLink:
         self._released: Optional[Tuple[FrameInHand, bool]] = None
         # False where one thread serves many links (a fleet): no frame may wait for the state.
         self.may_wait = True
-        # A lone MuJoCo vehicle's plain frames served in C (link/compiled_frames.py), if any.
-        self.compiled: Optional['CompiledFrames'] = None
+        # A lone MuJoCo vehicle's plain frames served in C (sources/compiled_frames.py), if any.
+        self.compiled: Optional[FrameServer] = None
 
     def announce(self) -> None:
         """Say where the link listens (once, when its serving starts)."""
@@ -227,6 +239,7 @@ class SitlLink:
             try:
                 compiled.serve()
             except Exception as error:
+                compiled.close()
                 self.compiled = None
                 self.logger.error(f'{self._prefix}the compiled frame loop failed ({error!r}): '
                                   'every frame is served in Python from now on')
@@ -246,21 +259,24 @@ class SitlLink:
         if not self._stopping.is_set():
             self.warnings.warning('recv', f'{self._prefix}receive failed: {error}')
 
-    def handle_received(self, data: bytes, sender: Tuple) -> None:
-        """Handle a datagram read from the socket; a failure is said, not raised."""
+    def handle_received(self, data: bytes, sender: Tuple,
+                        received: Optional[float] = None) -> None:
+        """Handle a datagram read from the socket (at received); a failure is said, not raised."""
         if self._stopping.is_set():
             return
         try:
-            self.handle_datagram(data, sender[:2])
+            self.handle_datagram(data, sender[:2], received)
         except Exception as error:
             self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
                                               f'handling a datagram from {sender[0]}:'
                                               f'{sender[1]}; the link carries on')
             self.logger.debug('traceback of the error above', exc_info=True)
 
-    def handle_datagram(self, data: bytes, sender: Address) -> None:
+    def handle_datagram(self, data: bytes, sender: Address,
+                        received: Optional[float] = None) -> None:
         """Process one datagram as the link thread does (public for tests and tools)."""
-        received = self._clock()
+        if received is None:
+            received = self._clock()
         ahead = self._ahead
         if ahead is not None and data == ahead.datagram and sender == self.peers.peer:
             # The frame stepped ahead: its reply goes first, its handling (the same) after,

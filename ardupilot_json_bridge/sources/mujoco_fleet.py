@@ -34,7 +34,9 @@ class FleetWorld:
         self.hold_timeout = hold_timeout
         self.first_instance = first_instance
         self.logger = logger or logging.getLogger('ardupilot_json_bridge.fleet')
-        self.steps = 0
+        self._steps = 0
+        # Steps another server made (the compiled frame loop's count), if any.
+        self.steps_elsewhere: Optional[Callable[[], int]] = None
         self._clock = clock
         self._active: Set[int] = set()
         # The vehicles whose frame is in, and the period each asked.
@@ -56,9 +58,13 @@ class FleetWorld:
         """Return when the world last answered every SITL (the oldest, for the hold)."""
         return min(self._heard.values(), default=self._clock())
 
-    def served_in_c(self, steps: int, released: float) -> None:
-        """The compiled frame loop stepped the world steps times, answering all at released."""
-        self.steps += steps
+    @property
+    def steps(self) -> int:
+        """Return how many times the world stepped, here and in the compiled frame loop."""
+        return self._steps + (self.steps_elsewhere() if self.steps_elsewhere else 0)
+
+    def answered_at(self, released: float) -> None:
+        """Note that the compiled loop answered every SITL holding the world at released."""
         for index in self._active:
             self._heard[index] = released
 
@@ -131,7 +137,7 @@ class FleetWorld:
         released = self._clock()
         for index in stepped:
             self._heard[index] = released
-        self.steps += 1
+        self._steps += 1
         return stepped
 
     def reset(self, index: int) -> None:

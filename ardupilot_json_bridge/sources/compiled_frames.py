@@ -18,24 +18,23 @@ thread of their own, while the loop serves on: no reply waits for the interprete
 links handle a datagram handed back, every frame served is bookkept.
 """
 
+import functools
 import logging
 import math
 import os
 import threading
 import time
-from typing import Dict, Optional, Sequence, Tuple, TYPE_CHECKING
+from typing import Dict, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.compiled import _frame
 from ardupilot_json_bridge.core.protocol import ReplyError, ServoPacket
+from ardupilot_json_bridge.link.fleet_server import FleetServer
 from ardupilot_json_bridge.link.session import frame_period
+from ardupilot_json_bridge.link.sitl_link import SitlLink
+from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 from ardupilot_json_bridge.sources.mujoco_source import frame_instant, MujocoLockStep
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     _diverged, frame_steps, reading_state, VehicleState)
-
-if TYPE_CHECKING:
-    from ardupilot_json_bridge.link.fleet_server import FleetServer
-    from ardupilot_json_bridge.link.sitl_link import SitlLink
-    from ardupilot_json_bridge.sources.mujoco_fleet import FleetWorld
 
 # Frames served between two passes of the bookkeeping: at SITL's 1200 frames a second, 27 ms.
 BATCH = 32
@@ -43,7 +42,7 @@ BATCH = 32
 HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED = range(4)
 
 
-def loop_blocker(link: 'SitlLink', source: MujocoLockStep) -> Optional[str]:
+def loop_blocker(link: SitlLink, source: MujocoLockStep) -> Optional[str]:
     """Return why the frame loop cannot serve link's source at all, or None where it can."""
     if source.reply_first:
         return 'reply-first steps each frame after its reply'
@@ -56,8 +55,8 @@ def loop_blocker(link: 'SitlLink', source: MujocoLockStep) -> Optional[str]:
     return None
 
 
-def compile_frames(links: Sequence['SitlLink'], sources: Sequence[MujocoLockStep],
-                   server: Optional['FleetServer'] = None) -> Optional[str]:
+def compile_frames(links: Sequence[SitlLink], sources: Sequence[MujocoLockStep],
+                   server: Optional[FleetServer] = None) -> Optional[str]:
     """
     Have the compiled frame loop serve the links' plain frames; return why not, if it cannot.
 
@@ -80,8 +79,8 @@ def compile_frames(links: Sequence['SitlLink'], sources: Sequence[MujocoLockStep
 class CompiledFrames:
     """Serves lock-step MuJoCo vehicles' plain frames in C (a lone one, or a fleet's world)."""
 
-    def __init__(self, links: Sequence['SitlLink'], sources: Sequence[MujocoLockStep],
-                 world: Optional['FleetWorld'] = None, waker: int = -1,
+    def __init__(self, links: Sequence[SitlLink], sources: Sequence[MujocoLockStep],
+                 world: Optional[FleetWorld] = None, waker: int = -1,
                  batch: int = BATCH) -> None:
         """Serve each link's frames from its source (on_frame of the link), where plain."""
         self.links = tuple(links)
@@ -93,10 +92,14 @@ class CompiledFrames:
         self.loop = _frame.FrameLoop(
             tuple(link.udp_socket.fileno() for link in self.links),
             tuple(vehicle.kernel for vehicle in self.vehicles), waker,
-            hold if math.isfinite(hold) else 1e9, self._diverged, batch,
-            settings.no_time_sync, settings.no_lockstep)
+            hold if math.isfinite(hold) else 1e9, functools.partial(_diverged, self.vehicles),
+            batch, settings.no_time_sync, settings.no_lockstep)
+        if world is not None:
+            world.steps_elsewhere = self.world_steps
         self._steps = 1
         self._rates: Tuple[int, ...] = ()
+        # A socket the loop cannot poll (closed, or a fleet's in error): the Python server serves.
+        self.failed = False
         self.served = 0  # frames bookkept, every vehicle's
         self._bookkept = threading.Condition()
         name = f'bookkeeping-{settings.instance}'
@@ -108,6 +111,10 @@ class CompiledFrames:
         self.loop.close()
         self._thread.join(2.0)
 
+    def world_steps(self) -> int:
+        """Return how many times the loop stepped the world (counted as it steps)."""
+        return self.loop.served()[1]
+
     def settle(self, timeout: float = 2.0) -> bool:
         """
         Wait until every frame served so far is bookkept; return whether it is.
@@ -115,7 +122,7 @@ class CompiledFrames:
         The counters trail the replies by a few milliseconds (a batch is bookkept once full
         or 2 ms old; hurried here): for tools and tests reading them between frames.
         """
-        target = self.loop.served()
+        target, _ = self.loop.served()
         self.loop.hurry()
         with self._bookkept:
             return self._bookkept.wait_for(lambda: self.served >= target, timeout)
@@ -131,7 +138,7 @@ class CompiledFrames:
                     and link.stats.channel_count in (16, 32)):
                 return False
         world = self.world
-        return world is None or world.all_holding
+        return not self.failed and (world is None or world.all_holding)
 
     def serve(self) -> None:
         """Serve plain frames until a datagram needs a link; all of them bookkept on return."""
@@ -149,28 +156,34 @@ class CompiledFrames:
         self.loop.resume(tuple(source.mapper.pwm_map for source in self.sources), sessions,
                          steps, step, split, released)
         outcome, handed, error = self.loop.serve()
-        for index, data, sender in handed:
-            links[index].handle_received(data, sender)
+        for index, data, sender, received in handed:
+            links[index].handle_received(data, sender, received)
         if outcome == RECEIVE_FAILED:
             index, number = error
+            if not number:
+                self.failed = True  # the Python server's poll judges the socket from now on
+                return
             for link in (links if index < 0 else (links[index],)):
                 link.receive_failed(OSError(number, os.strerror(number)))
 
-    def _diverged(self, end: float) -> None:
-        """Say that MuJoCo reset the world in the loop's step; keep the clock (Python's rule)."""
-        _diverged(self.vehicles, end)
-
     def _bookkeep_batches(self) -> None:
         """Take each batch the loop served into the bookkeeping, until closed."""
-        loop = self.loop
+        loop, link = self.loop, self.links[0]
         while True:
-            batch = loop.take()
+            try:
+                batch = loop.take()
+            except Exception as error:
+                # The loop must not wait for a bookkeeping that is gone: it stops being ready.
+                self.failed = True
+                loop.close()
+                link.logger.error(f'{link._prefix}taking frames served in C failed ({error!r}): '
+                                  'every frame is served in Python from the next one')
+                return
             if batch is None:
                 return
             try:
                 self._bookkeep(*batch)
             except Exception as error:
-                link = self.links[0]
                 link.warnings.error('bookkeeping', f'{link._prefix}the bookkeeping of frames '
                                                    f'served in C failed: {error!r}')
                 link.logger.debug('traceback of the error above', exc_info=True)
@@ -196,7 +209,7 @@ class CompiledFrames:
                 source.recorder.add(reading, pwm[k], commands[k], index)
             link.stats.received += 1
             link.stats.new_frames += 1
-            link.stats.last_packet = received[k]
+            link.stats.last_packet = link.peers.heard = received[k]
             link.session.last_frame = counts[k]
             if not answered[k]:
                 self._unanswered(link, counts[k], reading, timestamps[k])
@@ -212,12 +225,13 @@ class CompiledFrames:
             source.frames += frames
             rate = self._rates[index] if index < len(self._rates) else 0
             source.stepped_in_c(ServoPacket(rate, counts[k], pwm[k]), list(commands[k]))
-        if self.world is not None:
-            self.world.served_in_c(len(vehicles) // len(self.links), max(sent))
+        answered_at = [time for time in sent if not math.isnan(time)]
+        if self.world is not None and answered_at:
+            self.world.answered_at(max(answered_at))
         self.served += len(vehicles)
 
     @staticmethod
-    def _sent(link: 'SitlLink', received: float, sent: float, error: int) -> None:
+    def _sent(link: SitlLink, received: float, sent: float, error: int) -> None:
         """Count a reply the loop sent, or say why it could not."""
         link.session.replied_at = sent
         if error:
@@ -227,7 +241,7 @@ class CompiledFrames:
         link.stats.replied += 1
         link.stats.latency.add(sent - received)
 
-    def _unanswered(self, link: 'SitlLink', frame_count: int, reading: VehicleState,
+    def _unanswered(self, link: SitlLink, frame_count: int, reading: VehicleState,
                     timestamp: float) -> None:
         """Push a frame the loop stepped but could not answer, and say why, as the link does."""
         packet = ServoPacket(0, frame_count, ())
@@ -245,4 +259,3 @@ class CompiledFrames:
             except ReplyError as error:
                 reason = str(error)
         link._unanswered(packet, reason, 'reply_error')
-
