@@ -22,6 +22,7 @@ from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSett
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.session import RESEND_MIN  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources.compiled_frames import compile_frames  # noqa: E402
 from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
 from ardupilot_json_bridge.sources.mujoco_vehicle import (  # noqa: E402
@@ -619,13 +620,15 @@ def test_reply_first_is_refused_for_a_fleet_before_anything_starts(caplog):
 def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
                      recording: Optional[str] = None, reply_first: bool = False,
                      step_ahead: bool = False, port: int = 0,
-                     served: Optional[List[SitlLink]] = None) -> Iterator[Callable[[], float]]:
+                     served: Optional[List[SitlLink]] = None,
+                     compiled: bool = False) -> Iterator[Callable[[], float]]:
     """
     Serve SITL instance from the MuJoCo quad in lock-step; yield its height above start.
 
     Reply-first steps after each reply, wired as the mujoco command wires it; so does
-    stepping ahead (the command's default). port: listen there, not on the instance's port;
-    served, a list, gets the link (for its counters).
+    stepping ahead; compiled: plain frames served by the compiled frame loop (the command's
+    default). port: listen there, not on the instance's port; served, a list, gets the link
+    (for its counters).
     """
     config = load_config(default_preset(), '', {'port': port, 'instance': instance})
     vehicle = MujocoVehicle()
@@ -636,6 +639,8 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
     link = SitlLink(config.link, state, on_frame=source.on_frame, on_restart=source.on_restart,
                     after_reply=source.after_reply if reply_first or step_ahead else None,
                     step_ahead=source.step_ahead if step_ahead else None)
+    if compiled:
+        assert compile_frames([link], [source]) is None
     link.start()
     if served is not None:
         served.append(link)
@@ -650,14 +655,16 @@ def lock_step_engine(instance: int, checker: Optional[ConventionChecker] = None,
 @pytest.mark.skipif(sitl_flight.sitl_binary() is None,
                     reason=f'real ArduCopter: set {sitl_flight.SITL_DIR_VARIABLE} to a folder '
                            'with arducopter and copter.parm')
-@pytest.mark.parametrize('mode', ['lock-step', 'step-ahead', 'reply-first'])
+@pytest.mark.parametrize('mode', ['lock-step', 'step-ahead', 'reply-first', 'compiled'])
 def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys, mode):
     pytest.importorskip('rosbags', reason='the flight is recorded and checked as a bag: needs '
                                           "rosbags (pip install '.[test]')")
     checker = ConventionChecker(window=10.0)
     recording = str(tmp_path / 'flight')
+    served: List[SitlLink] = []
     with lock_step_engine(3, checker, recording, mode == 'reply-first',
-                          mode == 'step-ahead') as height, \
+                          mode == 'step-ahead', served=served,
+                          compiled=mode == 'compiled') as height, \
             sitl_flight.Sitl(instance=3, speedup=2) as sitl:
         record = sitl_flight.fly(sitl, 5.0, 5.0, height, leg=5.0)
         log = sitl.log()
@@ -667,6 +674,8 @@ def test_real_arducopter_flies_the_mujoco_quad_in_lock_step(tmp_path, capsys, mo
     assert record.worst_hover_error(5.0) < 0.5, record.hover[-5:]
     assert record.worst_truth_error() < 0.5, record.hover[-5:]
     assert record.moved and record.landed, record.texts
+    if mode == 'compiled':  # flown by the compiled loop, bar each session's first frame
+        assert served[0].compiled.served >= served[0].stats.new_frames - 2
     checks = checker.checks()
     print(f"\nconventions over the flight's last 10 s:\n{format_table(checks)}")
     assert not [c for c in checks if c.verdict == WRONG], format_table(checks)

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence, Set
 
 from ardupilot_json_bridge.core.ratelimit import RateLimitedLog
 from ardupilot_json_bridge.core.state import Instant
-from ardupilot_json_bridge.link.sitl_link import FrameServer, SitlLink
+from ardupilot_json_bridge.link.sitl_link import FrameServer, serve_compiled, SitlLink
 
 # A vehicle's instant once the world stepped its held frame (MujocoLockStep.held_instant).
 Resume = Callable[[], Optional[Instant]]
@@ -118,15 +118,9 @@ class FleetServer:
 
     def _serve_compiled(self, compiled: FrameServer) -> None:
         """Serve plain frames in C until a datagram needs a link; then step as ever."""
-        try:
-            compiled.serve()
-            self._step()
-        except Exception as error:
-            compiled.close()
+        if not serve_compiled(compiled, self.logger):
             self.compiled = None
-            self.logger.error(f'the compiled frame loop failed ({error!r}): every frame is '
-                              'served in Python from now on')
-            self.logger.debug('traceback of the error above', exc_info=True)
+        self._step()
 
     def _watch(self, poller: 'select.poll', registered: set) -> None:
         """Wait on the sockets of the links not held (a held link's SITL waits for its reply)."""

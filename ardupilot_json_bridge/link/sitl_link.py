@@ -48,6 +48,19 @@ class FrameServer(Protocol):
         """Stop, once the serving thread stopped serving."""
 
 
+def serve_compiled(compiled: FrameServer, logger: logging.Logger, prefix: str = '') -> bool:
+    """Serve with compiled; where it fails, close it and say so, and return False."""
+    try:
+        compiled.serve()
+        return True
+    except Exception as error:
+        compiled.close()
+        logger.error(f'{prefix}the compiled frame loop failed ({error!r}): every frame is '
+                     'served in Python from now on')
+        logger.debug('traceback of the error above', exc_info=True)
+        return False
+
+
 # A lock-step engine stepping the frame after packet's on a guess: the Instant it stepped to.
 StepAheadCallback = Callable[[ServoPacket], Optional[Instant]]
 
@@ -235,15 +248,8 @@ class SitlLink:
             compiled = self.compiled
             if compiled is None or not compiled.ready():
                 self.receive_one()
-                continue
-            try:
-                compiled.serve()
-            except Exception as error:
-                compiled.close()
+            elif not serve_compiled(compiled, self.logger, self._prefix):
                 self.compiled = None
-                self.logger.error(f'{self._prefix}the compiled frame loop failed ({error!r}): '
-                                  'every frame is served in Python from now on')
-                self.logger.debug('traceback of the error above', exc_info=True)
 
     def receive_one(self) -> None:
         """Read one datagram from the socket and handle it; a failure is said, not raised."""
