@@ -271,7 +271,10 @@ class SitlLink:
         if self._stopping.is_set():
             return
         try:
-            self.handle_datagram(data, sender[:2], received)
+            if received is None:
+                self.handle_datagram(data, sender[:2])
+            else:
+                self.handle_datagram(data, sender[:2], received)
         except Exception as error:
             self.warnings.error('unexpected', f'{self._prefix}unexpected {error!r} '
                                               f'handling a datagram from {sender[0]}:'
