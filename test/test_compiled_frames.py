@@ -305,3 +305,20 @@ def test_a_signal_to_the_serving_thread_is_no_receive_failure(caplog):
     assert len(replies) == 40 and serving
     assert 'receive failed' not in caplog.text, caplog.text
     assert engine.link.compiled.served >= 38
+
+
+def test_the_bookkeeping_takes_frames_in_batches_not_one_by_one():
+    # A SITL stepping as fast as it can: the frames go to the bookkeeping a batch at a time
+    # (when 2 ms old, or 32 of them), not each on its own (a wake-up and a pass of Python a
+    # frame).
+    engine = Engine(True)
+    peer = SitlPeer(engine.link.address[1])
+    try:
+        for _ in range(1200):
+            peer.step(pwm=[1500] * 16)
+    finally:
+        peer.close()
+        engine.stop()
+    frames = engine.link.compiled
+    assert frames.served == 1199
+    assert frames.batches < frames.served / 3, (frames.batches, frames.served)

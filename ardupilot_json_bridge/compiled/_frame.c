@@ -12,6 +12,7 @@
  * MuJoCo is reached through the functions of the wheel's own library and the bindings' own
  * model and data (their addresses, from Python): no MuJoCo header is needed to build this.
  */
+#define _GNU_SOURCE /* pipe2 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -663,6 +664,7 @@ typedef struct {
   int filled[2];
   int filling, pending, closed;
   double batch_started;
+  int hurried; /* hurry() asked: the batch goes now, however young */
   unsigned long long served, world_steps;
   pthread_mutex_t lock;
   pthread_cond_t changed;
@@ -706,6 +708,7 @@ static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
       PyErr_SetString(PyExc_TypeError, "vehicles are compiled Vehicles");
       return -1;
     }
+    if (!made((Vehicle *)vehicle)) return -1;
     self->seat[k].vehicle = (Vehicle *)vehicle;
     self->seat[k].fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(fds, k));
     if (PyErr_Occurred()) return -1;
@@ -722,12 +725,10 @@ static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
       return -1;
     }
   }
-  if (pipe(self->hurry) < 0) {
+  if (pipe2(self->hurry, O_CLOEXEC | O_NONBLOCK) < 0) {
     PyErr_SetFromErrno(PyExc_OSError);
     return -1;
   }
-  fcntl(self->hurry[0], F_SETFL, O_NONBLOCK);
-  fcntl(self->hurry[1], F_SETFL, O_NONBLOCK);
   self->count = (int)count;
   self->capacity = capacity;
   self->pending = -1;
@@ -959,7 +960,10 @@ static int gather(FrameLoop *self) {
       if (seats[i] == -2) { /* done() or hurry(): look at the batch again */
         char drained[64];
         while (read(self->hurry[0], drained, sizeof(drained)) > 0) continue;
-        hurried = 1;
+        pthread_mutex_lock(&self->lock);
+        hurried = self->hurried;
+        self->hurried = 0;
+        pthread_mutex_unlock(&self->lock);
         continue;
       }
       if (seats[i] == -1) return WAITED;
@@ -1017,13 +1021,13 @@ static int answer(FrameLoop *self, int k) {
     frame->reply_size = length;
     frame->answered = 1;
     seat->last_stamp = stamp;
-    frame->sent = monotonic();
     ssize_t sent;
     do {
       sent = sendto(seat->fd, frame->reply, length, 0, (struct sockaddr *)&seat->peer,
                     seat->peer_size);
     } while (sent < 0 && errno == EINTR);
     if (sent < 0) frame->send_error = errno;
+    frame->sent = monotonic(); /* the latency counts the send, as the Python link's does */
   }
   pthread_mutex_lock(&self->lock);
   if (!self->filled[self->filling]) self->batch_started = frame->received;
@@ -1194,16 +1198,21 @@ static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     if (self->pending >= 0) self->filled[self->pending] = 0;
     self->pending = -1;
+    int waited = self->filled[self->filling] > 0; /* a batch waits to go: wake the loop */
     pthread_cond_broadcast(&self->changed);
     pthread_mutex_unlock(&self->lock);
-    if (write(self->hurry[1], "", 1) < 0 && errno != EAGAIN) /* a batch may wait to go */
+    if (waited && write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
       return PyErr_SetFromErrno(PyExc_OSError);
   }
   Py_RETURN_NONE;
 }
 
 static PyObject *FrameLoop_hurry(FrameLoop *self, PyObject *unused) {
-  if (self->ready && write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
+  if (!self->ready) Py_RETURN_NONE;
+  pthread_mutex_lock(&self->lock);
+  self->hurried = 1;
+  pthread_mutex_unlock(&self->lock);
+  if (write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
     return PyErr_SetFromErrno(PyExc_OSError);
   Py_RETURN_NONE;
 }

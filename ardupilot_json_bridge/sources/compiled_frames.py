@@ -101,6 +101,7 @@ class CompiledFrames:
         # A socket the loop cannot poll (closed, or a fleet's in error): the Python server serves.
         self.failed = False
         self.served = 0  # frames bookkept, every vehicle's
+        self.batches = 0  # batches bookkept
         self._bookkept = threading.Condition()
         name = f'bookkeeping-{settings.instance}'
         self._thread = threading.Thread(target=self._bookkeep_batches, daemon=True, name=name)
@@ -181,14 +182,23 @@ class CompiledFrames:
                 return
             if batch is None:
                 return
+            self.batches += 1
             try:
                 self._bookkeep(*batch)
             except Exception as error:
                 link.warnings.error('bookkeeping', f'{link._prefix}the bookkeeping of frames '
                                                    f'served in C failed: {error!r}')
                 link.logger.debug('traceback of the error above', exc_info=True)
-            finally:
+            try:
                 loop.done()
+            except OSError as error:
+                self.failed = True
+                loop.close()
+                link.logger.error(f'{link._prefix}handing a batch back to the compiled loop '
+                                  f'failed ({error!r}): every frame is served in Python from '
+                                  'the next one')
+                return
+            finally:
                 with self._bookkept:
                     self._bookkept.notify_all()
 
