@@ -80,6 +80,16 @@ def fly(engine: Engine, frames: List[Frame], interlopers: Dict[int, bytes] = {},
     return replies
 
 
+def stepped(engine: Engine, count: int, pwm: List[int]) -> List[Dict[str, object]]:
+    """Step count frames against engine as SITL does (one datagram a frame); then stop it."""
+    peer = SitlPeer(engine.link.address[1])
+    try:
+        return [peer.step(pwm=pwm) for _ in range(count)]
+    finally:
+        peer.close()
+        engine.stop()
+
+
 def test_the_compiled_loop_sends_the_replies_the_python_frame_sends():
     # The same packets, with repeated and changing PWM, a resent frame, a lost one, a change
     # of frame rate and a SITL restart, to the engine serving frames in Python and to the
@@ -137,12 +147,7 @@ def test_the_loop_serves_each_frame_a_reply_sitl_accepts_from_its_own_physics():
     # A SITL peer (one datagram a frame, its own frame rate from the timestamps) at full
     # throttle: the quad climbs, each reply one frame period on, and the loop served them.
     engine = Engine(True)
-    peer = SitlPeer(engine.link.address[1])
-    try:
-        replies = [peer.step(pwm=[1750] * 4 + [1000] * 12) for _ in range(1200)]
-    finally:
-        peer.close()
-        engine.stop()
+    replies = stepped(engine, 1200, [1750] * 4 + [1000] * 12)
     stamps = np.array([reply['timestamp'] for reply in replies])
     assert stamps[0] == 0.0
     assert np.allclose(np.diff(stamps), 1 / 1200, rtol=0, atol=1e-12)
@@ -269,13 +274,7 @@ def test_a_stopped_engine_is_freed_with_its_compiled_loop():
     import gc
     import weakref
     engine = Engine(True)
-    peer = SitlPeer(engine.link.address[1])
-    try:
-        for _ in range(50):
-            peer.step(pwm=[1500] * 16)
-    finally:
-        peer.close()
-        engine.stop()
+    stepped(engine, 50, [1500] * 16)
     vehicle, frames = weakref.ref(engine.vehicle), weakref.ref(engine.link.compiled)
     del engine
     gc.collect()
@@ -312,13 +311,7 @@ def test_the_bookkeeping_takes_frames_in_batches_not_one_by_one():
     # (when 2 ms old, or 32 of them), not each on its own (a wake-up and a pass of Python a
     # frame).
     engine = Engine(True)
-    peer = SitlPeer(engine.link.address[1])
-    try:
-        for _ in range(1200):
-            peer.step(pwm=[1500] * 16)
-    finally:
-        peer.close()
-        engine.stop()
+    stepped(engine, 1200, [1500] * 16)
     frames = engine.link.compiled
     assert frames.served == 1199
     assert frames.batches < frames.served / 3, (frames.batches, frames.served)
