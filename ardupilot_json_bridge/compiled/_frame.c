@@ -12,7 +12,9 @@
  * MuJoCo is reached through the functions of the wheel's own library and the bindings' own
  * model and data (their addresses, from Python): no MuJoCo header is needed to build this.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pipe2 */
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
