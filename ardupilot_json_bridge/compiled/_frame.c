@@ -13,7 +13,7 @@
  * model and data (their addresses, from Python): no MuJoCo header is needed to build this.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* pipe2 */
+#define _GNU_SOURCE 1 /* pipe2; as pyconfig.h defines it */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
