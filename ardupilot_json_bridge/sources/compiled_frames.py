@@ -18,6 +18,7 @@ thread of their own, while the loop serves on: no reply waits for the interprete
 links handle a datagram handed back, every frame served is bookkept.
 """
 
+from collections import Counter
 import functools
 import logging
 import math
@@ -149,7 +150,7 @@ class CompiledFrames:
         steps, step = frame_steps(min(frame_period(rate) for rate in rates), first.nominal_step)
         first.model.opt.timestep = step
         self._steps = steps
-        split = first.forwarded and int(first.model.opt.integrator) != first.rk4
+        split = first.split_step
         sessions = tuple((*link.peer, link.session.last_frame, link.stats.channel_count, rate,
                           link.session.origin, link.session.last_stamp)
                          for link, rate in zip(links, rates))
@@ -208,9 +209,8 @@ class CompiledFrames:
                   received: Tuple[float, ...], sent: Tuple[float, ...], errors: Tuple[int, ...],
                   answered: Tuple[bool, ...], replies: Tuple[Optional[bytes], ...]) -> None:
         """Take a batch of frames served into the links' and the sources' bookkeeping."""
-        last: Dict[int, int] = {}
-        for k, index in enumerate(vehicles):
-            last[index] = k
+        last: Dict[int, int] = {index: k for k, index in enumerate(vehicles)}
+        served = Counter(vehicles)
         for k, index in enumerate(vehicles):
             link, source = self.links[index], self.sources[index]
             reading = reading_state(readings[k])
@@ -230,7 +230,7 @@ class CompiledFrames:
             self._sent(link, received[k], sent[k], errors[k])
         for index, k in last.items():
             vehicle, source = self.vehicles[index], self.sources[index]
-            frames = sum(1 for v in vehicles if v == index)
+            frames = served[index]
             vehicle.steps += frames * self._steps
             source.frames += frames
             rate = self._rates[index] if index < len(self._rates) else 0

@@ -323,6 +323,15 @@ class MujocoVehicle:
                               time_constant)
 
     @property
+    def split_step(self) -> bool:
+        """
+        Whether the next advance's first step is mj_step2 alone (mj_forward ran at this state).
+
+        mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
+        """
+        return self.forwarded and int(self.model.opt.integrator) != self.rk4
+
+    @property
     def commands(self) -> list:
         """Actuator commands, in their units, as last set (clamped into their bounds)."""
         return self._commands.tolist()
@@ -492,8 +501,7 @@ def advance_together(vehicles: Sequence[MujocoVehicle], duration: float) -> None
     end = data.time + count * step
     # Read every time, as the step is set: a viewer's physics panel may change either.
     model.opt.timestep = step
-    # mj_step2 integrates with Euler (or implicit) whatever the model says: RK4 steps whole.
-    split = first.forwarded and model.opt.integrator != first.rk4
+    split = first.split_step
     # The rotors' lag, their thrust and the step in C (the frame loop's own); a force model
     # runs before each of its vehicle's steps.
     hooks = tuple(None if vehicle.aero is None else
