@@ -114,6 +114,14 @@ def test_the_compiled_loop_sends_the_replies_the_python_frame_sends():
                        for name, meter in engine.state.meters.items()}
               for engine in (python, compiled)}
     assert meters[compiled] == meters[python]
+    for name, meter in compiled.state.meters.items():
+        assert meter.stamp_step == pytest.approx(python.state.meters[name].stamp_step), name
+    # Bookkept a batch at a time, the session and the latencies still see every frame.
+    sessions = {engine: (engine.link.session.last_step, engine.link.session.last_timestamp,
+                         engine.link.session.replied_frame, engine.link.session.last_reply)
+                for engine in (python, compiled)}
+    assert sessions[compiled] == sessions[python]
+    assert compiled.link.stats.latency._filled == compiled.link.stats.replied
 
 
 @pytest.mark.parametrize('kind', ['stranger', 'garbage', 'late', 'copy', 'json'])

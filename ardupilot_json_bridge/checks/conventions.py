@@ -125,6 +125,10 @@ class ConventionChecker:
         """
         self._frames.append((stamp, gyro, accel, position, orientation_xyzw, linear, pwm))
 
+    def add_frames(self, frames: Sequence[Tuple[Any, ...]]) -> None:
+        """Hand over lock-step frames, each add_frame's arguments as one tuple, oldest first."""
+        self._frames.extend(frames)
+
     def _take_frames(self) -> None:
         """
         Add the frames handed over by add_frame, oldest first (under the lock).

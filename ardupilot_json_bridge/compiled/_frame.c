@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,16 @@ static int ros_to_ned_frd(double x, double y, double z, double w, double *q) {
   return canonical(h * w + h * z, h * x + h * y, h * x - h * y, h * w - h * z, q);
 }
 
+/* World vector v turned into the body of ROS orientation q = x, y, z, w (its matrix's transpose). */
+static void world_to_body(const double *q, const double *v, double *out) {
+  double x = q[0], y = q[1], z = q[2], w = q[3];
+  double xx = x * x, yy = y * y, zz = z * z, xy = x * y, xz = x * z, yz = y * z;
+  double wx = w * x, wy = w * y, wz = w * z;
+  out[0] = (1.0 - 2.0 * (yy + zz)) * v[0] + 2.0 * (xy + wz) * v[1] + 2.0 * (xz - wy) * v[2];
+  out[1] = 2.0 * (xy - wz) * v[0] + (1.0 - 2.0 * (xx + zz)) * v[1] + 2.0 * (yz + wx) * v[2];
+  out[2] = 2.0 * (xz + wy) * v[0] + 2.0 * (yz - wx) * v[1] + (1.0 - 2.0 * (xx + yy)) * v[2];
+}
+
 static PyObject *py_canonical(PyObject *module, PyObject *args) {
   double w, x, y, z, q[4];
   if (!PyArg_ParseTuple(args, "dddd", &w, &x, &y, &z)) return NULL;
@@ -206,6 +217,14 @@ static PyObject *py_flu_to_frd(PyObject *module, PyObject *arg) {
   double in[3], out[3];
   if (!vector_argument(arg, in)) return NULL;
   flu_to_frd(in, out);
+  return Py_BuildValue("(ddd)", out[0], out[1], out[2]);
+}
+
+static PyObject *py_world_to_body(PyObject *module, PyObject *args) {
+  double q[4], v[3], out[3];
+  if (!PyArg_ParseTuple(args, "(dddd)(ddd)", &q[0], &q[1], &q[2], &q[3], &v[0], &v[1], &v[2]))
+    return NULL;
+  world_to_body(q, v, out);
   return Py_BuildValue("(ddd)", out[0], out[1], out[2]);
 }
 
@@ -653,7 +672,7 @@ typedef struct {
   PyObject *vehicles, *maps, *on_diverged;
   int count;
   Seat seat[MAX_VEHICLES];
-  int waker, hurry[2];
+  int waker;
   double hold_timeout, released;
   long steps;
   double step;
@@ -667,6 +686,7 @@ typedef struct {
   int filling, pending, closed;
   double batch_started;
   int hurried; /* hurry() asked: the batch goes now, however young */
+  int idle;    /* take() waits with no frame to age: the first frame wakes it */
   unsigned long long served, world_steps;
   pthread_mutex_t lock;
   pthread_cond_t changed;
@@ -727,15 +747,15 @@ static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
       return -1;
     }
   }
-  if (pipe2(self->hurry, O_CLOEXEC | O_NONBLOCK) < 0) {
-    PyErr_SetFromErrno(PyExc_OSError);
-    return -1;
-  }
   self->count = (int)count;
   self->capacity = capacity;
   self->pending = -1;
   pthread_mutex_init(&self->lock, NULL);
-  pthread_cond_init(&self->changed, NULL);
+  pthread_condattr_t monotonic_clock; /* take()'s timed wait counts in monotonic() time */
+  pthread_condattr_init(&monotonic_clock);
+  pthread_condattr_setclock(&monotonic_clock, CLOCK_MONOTONIC);
+  pthread_cond_init(&self->changed, &monotonic_clock);
+  pthread_condattr_destroy(&monotonic_clock);
   self->ready = 1;
   Py_XSETREF(self->vehicles, Py_NewRef(vehicles));
   Py_XSETREF(self->on_diverged, Py_NewRef(on_diverged));
@@ -750,8 +770,6 @@ static void FrameLoop_dealloc(FrameLoop *self) {
   PyMem_Free(self->batch[0]);
   PyMem_Free(self->batch[1]);
   if (self->ready) {
-    close(self->hurry[0]);
-    close(self->hurry[1]);
     pthread_mutex_destroy(&self->lock);
     pthread_cond_destroy(&self->changed);
   }
@@ -879,28 +897,6 @@ static int take_datagram(FrameLoop *self, int k) {
          servo->count == seat->last_frame + 1;
 }
 
-/*
- * Hand a batch not full to the bookkeeping once its first frame is BATCH_AGE old (and the
- * other batch is taken): the links' counters trail the replies by milliseconds, not by a
- * batch, when SITL is slow or gone. Returns when to look again: -1 never (no batch waits),
- * 0 once done() or hurry() writes to the hurry pipe, else that monotonic time.
- */
-static double age_batch(FrameLoop *self, int hurried) {
-  double due = -1.0;
-  pthread_mutex_lock(&self->lock);
-  if (self->filled[self->filling] && self->pending >= 0) {
-    due = 0.0; /* the other batch is being bookkept: done() wakes the loop */
-  } else if (self->filled[self->filling]) {
-    due = self->batch_started + BATCH_AGE;
-    if (hurried || monotonic() >= due) {
-      hand_over(self);
-      due = -1.0;
-    }
-  }
-  pthread_mutex_unlock(&self->lock);
-  return due;
-}
-
 /* Milliseconds until due for poll() (rounded up), or -1 where nothing is due. */
 static int milliseconds_to(double due) {
   if (due <= 0.0) return -1; /* nothing due */
@@ -920,14 +916,11 @@ static int gather(FrameLoop *self) {
   for (int k = 0; k < count; k++) self->seat[k].arrived = 0;
   struct pollfd fds[MAX_VEHICLES + 2];
   int seats[MAX_VEHICLES + 2];
-  int hurried = 0;
+  if (count == 1 && self->waker < 0) {
+    int plain = take_datagram(self, 0); /* a lone vehicle: block on its socket */
+    return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
+  }
   while (waiting) {
-    double batch_due = age_batch(self, hurried);
-    hurried = 0;
-    if (count == 1 && self->waker < 0 && batch_due < 0.0) {
-      int plain = take_datagram(self, 0); /* a lone vehicle, nothing due: block on it */
-      return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
-    }
     int n = 0;
     for (int k = 0; k < count; k++) {
       if (self->seat[k].arrived) continue;
@@ -940,13 +933,8 @@ static int gather(FrameLoop *self) {
       fds[n].events = POLLIN;
       seats[n++] = -1;
     }
-    fds[n].fd = self->hurry[0];
-    fds[n].events = POLLIN;
-    seats[n++] = -2;
     double hold_due = waiting < count ? self->released + self->hold_timeout : -1.0;
-    int hold = milliseconds_to(hold_due), batch = milliseconds_to(batch_due);
-    int timeout = hold < 0 ? batch : batch < 0 ? hold : hold < batch ? hold : batch;
-    int ready = poll(fds, n, timeout);
+    int ready = poll(fds, n, milliseconds_to(hold_due));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
       self->failed_seat = -1;
@@ -959,15 +947,6 @@ static int gather(FrameLoop *self) {
     }
     for (int i = 0; i < n; i++) {
       if (!fds[i].revents) continue;
-      if (seats[i] == -2) { /* done() or hurry(): look at the batch again */
-        char drained[64];
-        while (read(self->hurry[0], drained, sizeof(drained)) > 0) continue;
-        pthread_mutex_lock(&self->lock);
-        hurried = self->hurried;
-        self->hurried = 0;
-        pthread_mutex_unlock(&self->lock);
-        continue;
-      }
       if (seats[i] == -1) return WAITED;
       if (fds[i].revents & POLLNVAL || (count > 1 && fds[i].revents & (POLLERR | POLLHUP))) {
         /* Closed under the loop, or (a fleet's) in error: the Python server judges it. A lone
@@ -990,7 +969,7 @@ static int gather(FrameLoop *self) {
 static int answer(FrameLoop *self, int k) {
   Seat *seat = &self->seat[k];
   Vehicle *vehicle = seat->vehicle;
-  Served *frame = &self->batch[self->filling][self->filled[self->filling]];
+  Served served, *frame = &served;
   frame->vehicle = k;
   frame->count = seat->servo.count;
   frame->channels = seat->servo.channels;
@@ -1031,8 +1010,15 @@ static int answer(FrameLoop *self, int k) {
     if (sent < 0) frame->send_error = errno;
     frame->sent = monotonic(); /* the latency counts the send, as the Python link's does */
   }
+  /* Into the batch being filled, which take() may hand over once old enough (the lock held). */
   pthread_mutex_lock(&self->lock);
-  if (!self->filled[self->filling]) self->batch_started = frame->received;
+  int filled = self->filled[self->filling];
+  memcpy(&self->batch[self->filling][filled], frame,
+         offsetof(Served, reply) + (size_t)frame->reply_size);
+  if (!filled) {
+    self->batch_started = frame->received;
+    if (self->idle) pthread_cond_broadcast(&self->changed); /* take() starts aging it */
+  }
   self->served++;
   if (++self->filled[self->filling] == self->capacity) hand_over(self);
   pthread_mutex_unlock(&self->lock);
@@ -1129,70 +1115,176 @@ static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
   return Py_BuildValue("(iNO)", outcome, handed, Py_None);
 }
 
+static PyObject *floats(const double *values, int n) {
+  PyObject *tuple = PyTuple_New(n);
+  if (!tuple) return NULL;
+  for (int i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, PyFloat_FromDouble(values[i]));
+  return tuple;
+}
+
+static PyObject *channels_tuple(const Served *frame) {
+  PyObject *tuple = PyTuple_New(frame->channels);
+  if (!tuple) return NULL;
+  for (int i = 0; i < frame->channels; i++)
+    PyTuple_SET_ITEM(tuple, i, PyLong_FromLong(frame->pwm[i]));
+  return tuple;
+}
+
+/* What the live checks take of a frame (ConventionChecker.add_frame's arguments, ROS's). */
+static PyObject *check_tuple(const Served *frame, PyObject *pwm) {
+  const double *r = frame->reading;
+  double linear[3];
+  world_to_body(r + 4, r + 8, linear);
+  return Py_BuildValue("(dNNNNNO)", r[0], floats(r + 11, 3), floats(r + 14, 3), floats(r + 1, 3),
+                       floats(r + 4, 4), floats(linear, 3), pwm);
+}
+
 /*
- * take() -> (vehicles, counts, pwm, commands, readings, timestamps, received, sent,
- * send_errors, answered, last_replies): the next batch served, oldest first, once there is
- * one (last_replies: each vehicle's last reply in it, or None); None once closed. done() after
- * its bookkeeping frees it for the loop.
+ * One vehicle's frames of a batch, as sources/compiled_frames.py VehicleBatch reads them:
+ * (index, frames, last_count, last_received, last_pwm, last_commands, answered,
+ * answered_count, answered_reading, reply, timestamp, previous_timestamp, replied_at,
+ * latencies, send_errors, unanswered, checks, records). The frames answered are counted and
+ * their newest given whole; each one not answered is given (count, reading, timestamp); checks
+ * and records hold every frame where asked for, else None.
  */
-static PyObject *FrameLoop_take(FrameLoop *self, PyObject *unused) {
+static PyObject *vehicle_batch(const FrameLoop *self, int vehicle, const Served *frames, int n,
+                               int checks, int records) {
+  int total = 0, answered = 0, failed = 0, last = -1, newest = -1, previous = -1;
+  for (int j = 0; j < n; j++) {
+    if (frames[j].vehicle != vehicle) continue;
+    total++;
+    last = j;
+    if (!frames[j].answered) continue;
+    answered++;
+    failed += frames[j].send_error != 0;
+    previous = newest;
+    newest = j;
+  }
+  int actuators = self->seat[vehicle].vehicle->actuators;
+  PyObject *latencies = PyTuple_New(answered - failed), *errors = PyTuple_New(failed);
+  PyObject *unanswered = PyTuple_New(total - answered);
+  PyObject *check_list = checks ? PyTuple_New(total) : Py_NewRef(Py_None);
+  PyObject *record_list = records ? PyTuple_New(total) : Py_NewRef(Py_None);
+  PyObject *result = NULL;
+  if (!latencies || !errors || !unanswered || !check_list || !record_list) goto done;
+  int in_latencies = 0, in_errors = 0, in_unanswered = 0, in_lists = 0;
+  for (int j = 0; j < n; j++) {
+    const Served *frame = &frames[j];
+    if (frame->vehicle != vehicle) continue;
+    PyObject *item;
+    if (frame->answered && frame->send_error) {
+      item = PyLong_FromLong(frame->send_error);
+      if (!item) goto done;
+      PyTuple_SET_ITEM(errors, in_errors++, item);
+    } else if (frame->answered) {
+      item = PyFloat_FromDouble(frame->sent - frame->received);
+      if (!item) goto done;
+      PyTuple_SET_ITEM(latencies, in_latencies++, item);
+    } else {
+      item = Py_BuildValue("(kNd)", (unsigned long)frame->count,
+                           floats(frame->reading, READING_VALUES), frame->timestamp);
+      if (!item) goto done;
+      PyTuple_SET_ITEM(unanswered, in_unanswered++, item);
+    }
+    if (!checks && !records) continue;
+    PyObject *pwm = channels_tuple(frame);
+    if (!pwm) goto done;
+    PyObject *check = checks ? check_tuple(frame, pwm) : NULL;
+    PyObject *record = records ? Py_BuildValue("(NON)", floats(frame->reading, READING_VALUES), pwm,
+                                               floats(frame->commands, actuators))
+                               : NULL;
+    Py_DECREF(pwm);
+    if ((checks && !check) || (records && !record)) {
+      Py_XDECREF(check);
+      Py_XDECREF(record);
+      goto done;
+    }
+    if (checks) PyTuple_SET_ITEM(check_list, in_lists, check);
+    if (records) PyTuple_SET_ITEM(record_list, in_lists, record);
+    in_lists++;
+  }
+  const Served *final = &frames[last];
+  const Served *reply = newest >= 0 ? &frames[newest] : NULL;
+  result = Py_BuildValue(
+      "(iikdNNilNNdddNNNNN)", vehicle, total, (unsigned long)final->count, final->received,
+      channels_tuple(final), floats(final->commands, actuators), answered,
+      reply ? (long)reply->count : -1L,
+      reply ? floats(reply->reading, READING_VALUES) : Py_NewRef(Py_None),
+      reply ? PyBytes_FromStringAndSize(reply->reply, reply->reply_size) : Py_NewRef(Py_None),
+      reply ? reply->timestamp : NAN, previous >= 0 ? frames[previous].timestamp : NAN,
+      reply ? reply->sent : NAN, latencies, errors, unanswered, check_list, record_list);
+  return result;
+done:
+  Py_XDECREF(latencies);
+  Py_XDECREF(errors);
+  Py_XDECREF(unanswered);
+  Py_XDECREF(check_list);
+  Py_XDECREF(record_list);
+  return NULL;
+}
+
+/*
+ * Wait for the next batch to bookkeep (the lock held): a full one the loop handed over, or the
+ * one being filled once its first frame is BATCH_AGE old (or hurry() asked), handed over here
+ * so the loop never waits on a clock. Its index, or -1 once closed.
+ */
+static int next_batch(FrameLoop *self) {
+  while (self->pending < 0 && !self->closed) {
+    if (!self->filled[self->filling]) {
+      self->hurried = 0;
+      self->idle = 1;
+      pthread_cond_wait(&self->changed, &self->lock);
+      self->idle = 0;
+      continue;
+    }
+    double due = self->batch_started + BATCH_AGE;
+    if (self->hurried || monotonic() >= due) {
+      self->hurried = 0;
+      hand_over(self);
+      break;
+    }
+    struct timespec until;
+    until.tv_sec = (time_t)due;
+    until.tv_nsec = (long)((due - (double)until.tv_sec) * 1e9);
+    pthread_cond_timedwait(&self->changed, &self->lock, &until);
+  }
+  return self->pending;
+}
+
+/*
+ * take(checks, records) -> each vehicle's frames of the next batch served (vehicle_batch), in
+ * the vehicles' order, once there is a batch; None once closed. done() after its bookkeeping
+ * frees it for the loop.
+ */
+static PyObject *FrameLoop_take(FrameLoop *self, PyObject *args) {
+  int checks, records;
+  if (!PyArg_ParseTuple(args, "pp", &checks, &records)) return NULL;
   if (!self->ready) {
     PyErr_SetString(PyExc_RuntimeError, "the frame loop was not made");
     return NULL;
   }
   int index;
   Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
-  while (self->pending < 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
-  index = self->pending;
+  index = next_batch(self);
   pthread_mutex_unlock(&self->lock);
   Py_END_ALLOW_THREADS
   if (index < 0) Py_RETURN_NONE;
   int n = self->filled[index];
-  Served *frames = self->batch[index];
-  PyObject *lists[10], *replies = PyTuple_New(self->count);
-  for (int i = 0; i < 10; i++) lists[i] = PyTuple_New(n);
-  PyObject *result = NULL;
-  if (!replies) goto done;
-  for (int i = 0; i < 10; i++)
-    if (!lists[i]) goto done;
-  for (int k = 0; k < self->count; k++) PyTuple_SET_ITEM(replies, k, Py_NewRef(Py_None));
-  for (int j = 0; j < n; j++) {
-    Served *frame = &frames[j];
-    int actuators = self->seat[frame->vehicle].vehicle->actuators;
-    PyObject *channels = PyTuple_New(frame->channels), *values = PyTuple_New(actuators);
-    if (!channels || !values) {
-      Py_XDECREF(channels);
-      Py_XDECREF(values);
-      goto done;
+  const Served *frames = self->batch[index];
+  int present[MAX_VEHICLES] = {0}, groups = 0;
+  for (int j = 0; j < n; j++) groups += !present[frames[j].vehicle]++;
+  PyObject *batch = PyTuple_New(groups);
+  if (!batch) return NULL;
+  for (int k = 0, g = 0; k < self->count; k++) {
+    if (!present[k]) continue;
+    PyObject *group = vehicle_batch(self, k, frames, n, checks, records);
+    if (!group) {
+      Py_DECREF(batch);
+      return NULL;
     }
-    for (int i = 0; i < frame->channels; i++)
-      PyTuple_SET_ITEM(channels, i, PyLong_FromLong(frame->pwm[i]));
-    for (int i = 0; i < actuators; i++)
-      PyTuple_SET_ITEM(values, i, PyFloat_FromDouble(frame->commands[i]));
-    PyTuple_SET_ITEM(lists[0], j, PyLong_FromLong(frame->vehicle));
-    PyTuple_SET_ITEM(lists[1], j, PyLong_FromUnsignedLong(frame->count));
-    PyTuple_SET_ITEM(lists[2], j, channels);
-    PyTuple_SET_ITEM(lists[3], j, values);
-    PyTuple_SET_ITEM(lists[4], j, reading_tuple(frame->reading));
-    PyTuple_SET_ITEM(lists[5], j, PyFloat_FromDouble(frame->timestamp));
-    PyTuple_SET_ITEM(lists[6], j, PyFloat_FromDouble(frame->received));
-    PyTuple_SET_ITEM(lists[7], j, PyFloat_FromDouble(frame->sent));
-    PyTuple_SET_ITEM(lists[8], j, PyLong_FromLong(frame->send_error));
-    PyTuple_SET_ITEM(lists[9], j, PyBool_FromLong(frame->answered));
-    if (frame->answered) {
-      PyObject *reply = PyBytes_FromStringAndSize(frame->reply, frame->reply_size);
-      if (!reply) goto done;
-      PyObject *old = PyTuple_GET_ITEM(replies, frame->vehicle);
-      PyTuple_SET_ITEM(replies, frame->vehicle, reply);
-      Py_DECREF(old);
-    }
+    PyTuple_SET_ITEM(batch, g++, group);
   }
-  result = Py_BuildValue("(OOOOOOOOOOO)", lists[0], lists[1], lists[2], lists[3], lists[4],
-                         lists[5], lists[6], lists[7], lists[8], lists[9], replies);
-done:
-  for (int i = 0; i < 10; i++) Py_XDECREF(lists[i]);
-  Py_XDECREF(replies);
-  return result;
+  return batch;
 }
 
 static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
@@ -1200,11 +1292,8 @@ static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     if (self->pending >= 0) self->filled[self->pending] = 0;
     self->pending = -1;
-    int waited = self->filled[self->filling] > 0; /* a batch waits to go: wake the loop */
-    pthread_cond_broadcast(&self->changed);
+    pthread_cond_broadcast(&self->changed); /* the loop may wait to hand a full batch over */
     pthread_mutex_unlock(&self->lock);
-    if (waited && write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
-      return PyErr_SetFromErrno(PyExc_OSError);
   }
   Py_RETURN_NONE;
 }
@@ -1213,9 +1302,8 @@ static PyObject *FrameLoop_hurry(FrameLoop *self, PyObject *unused) {
   if (!self->ready) Py_RETURN_NONE;
   pthread_mutex_lock(&self->lock);
   self->hurried = 1;
+  pthread_cond_broadcast(&self->changed);
   pthread_mutex_unlock(&self->lock);
-  if (write(self->hurry[1], "", 1) < 0 && errno != EAGAIN)
-    return PyErr_SetFromErrno(PyExc_OSError);
   Py_RETURN_NONE;
 }
 
@@ -1245,8 +1333,9 @@ static PyMethodDef FrameLoop_methods[] = {
      "Where each vehicle's session stands, as the Python links left them."},
     {"serve", (PyCFunction)FrameLoop_serve, METH_NOARGS,
      "Serve plain next frames until a datagram needs the Python links."},
-    {"take", (PyCFunction)FrameLoop_take, METH_NOARGS,
-     "The next batch of frames served, for the links' bookkeeping (None once closed)."},
+    {"take", (PyCFunction)FrameLoop_take, METH_VARARGS,
+     "take(checks, records): each vehicle's frames of the next batch served (None once "
+     "closed)."},
     {"done", (PyCFunction)FrameLoop_done, METH_NOARGS,
      "The batch taken is bookkept: the loop may fill it again."},
     {"hurry", (PyCFunction)FrameLoop_hurry, METH_NOARGS,
@@ -1284,6 +1373,8 @@ static PyMethodDef module_methods[] = {
     {"flu_to_frd", py_flu_to_frd, METH_O, "FLU body vector to FRD: (x, y, z) -> (x, -y, -z)."},
     {"ros_to_ned_frd", py_ros_to_ned_frd, METH_VARARGS,
      "ROS orientation x, y, z, w to ArduPilot's w-first FRD-in-NED (w >= 0), or None."},
+    {"world_to_body", py_world_to_body, METH_VARARGS,
+     "world_to_body((x, y, z, w), v): world vector v in the body of ROS orientation x, y, z, w."},
     {"advance", py_advance, METH_VARARGS,
      "advance(vehicles, hooks, steps, step, split): step the world the vehicles share."},
     {NULL}};

@@ -177,10 +177,15 @@ class SensorState:
         """
         return self._two_clocks
 
-    def _record(self, name: str, stamp: float, outcome: str, newest: Optional[float]) -> bool:
-        """Meter one sample; warn (rate-limited) and return False if it was refused."""
+    def _record(self, name: str, stamp: float, outcome: str, newest: Optional[float],
+                frames: int = 1) -> bool:
+        """
+        Meter one sample; warn (rate-limited) and return False if it was refused.
+
+        frames: the sample stands for that many, evenly spaced up to it (push_instant).
+        """
         meter = self.meters[name]
-        meter.record(self._clock())
+        meter.record(self._clock(), frames)
         if outcome is Appended.REPEATED or outcome is Appended.LATE:
             meter.out_of_order += 1
             what = 'repeats the stamp' if outcome is Appended.REPEATED else 'is older than'
@@ -190,7 +195,7 @@ class SensorState:
                                   'stamp every message with its own physics time?)')
             return False
         if outcome is Appended.ADDED and newest is not None and name in (IMU, ODOMETRY):
-            meter.note_stamp_gap(stamp - newest)
+            meter.note_stamp_gap((stamp - newest) / frames)
         return True
 
     def push_imu(self, sample: ImuSample) -> None:
@@ -199,12 +204,12 @@ class SensorState:
         with self._condition:
             self._push_imu_locked(sample)
 
-    def _push_imu_locked(self, sample: ImuSample) -> None:
+    def _push_imu_locked(self, sample: ImuSample, frames: int = 1) -> None:
         newest = self._imu.newest_stamp
         self._note_jump(sample.stamp, newest)
-        self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest)
+        self._push_primary(IMU, sample, self._imu.append(sample.stamp, sample), newest, frames)
 
-    def push_odometry(self, sample: OdometrySample) -> None:
+    def push_odometry(self, sample: OdometrySample, frames: int = 1) -> None:
         with self._condition:
             if self.settings.odometry_only:
                 newest = self._odometry.newest_stamp
@@ -215,16 +220,16 @@ class SensorState:
                     self._imu.clear()
                 if outcome is Appended.ADDED or outcome is Appended.RESET:
                     self._imu.append(derived.stamp, derived)
-                self._push_primary(ODOMETRY, sample, outcome, newest)
-            elif self._append_odometry_locked(sample):
+                self._push_primary(ODOMETRY, sample, outcome, newest, frames)
+            elif self._append_odometry_locked(sample, frames):
                 self._await_odometry |= self._odometry_caught_up(sample.stamp)
                 self._condition.notify_all()
 
-    def _append_odometry_locked(self, sample: OdometrySample) -> bool:
+    def _append_odometry_locked(self, sample: OdometrySample, frames: int = 1) -> bool:
         """Append odometry beside an IMU; whether it was taken (fresh)."""
         newest = self._odometry.newest_stamp
         return self._record(ODOMETRY, sample.stamp, self._odometry.append(sample.stamp, sample),
-                            newest)
+                            newest, frames)
 
     def _odometry_caught_up(self, stamp: float) -> bool:
         """Whether odometry at stamp is within max_odometry_lag of the newest IMU sample."""
@@ -232,56 +237,59 @@ class SensorState:
         return (newest_imu is None
                 or abs(newest_imu - stamp) <= self.settings.max_odometry_lag)
 
-    def push_frame(self, imu: ImuSample, odometry: OdometrySample) -> None:
+    def push_frame(self, imu: ImuSample, odometry: OdometrySample, frames: int = 1) -> None:
         """
         Push one instant's odometry then IMU under one lock (a lock-step engine's frame).
 
-        The same as push_odometry then push_imu, with one lock and one wake-up.
+        The same as push_odometry then push_imu, with one lock and one wake-up. frames: the
+        instant is the newest of that many, evenly spaced, metered as all of them.
         """
         if self.settings.odometry_only:
-            self.push_odometry(odometry)
+            self.push_odometry(odometry, frames)
             return
         with self._condition:
-            fresh = self._append_odometry_locked(odometry)
+            fresh = self._append_odometry_locked(odometry, frames)
             sequence = self._sequence
-            self._push_imu_locked(imu)
+            self._push_imu_locked(imu, frames)
             if fresh:
                 self._await_odometry |= self._odometry_caught_up(odometry.stamp)
             if fresh and self._sequence == sequence:
                 self._condition.notify_all()  # the IMU was refused: wake odometry's waiters
 
-    def push_instant(self, instant: Instant, served: bool = False) -> int:
+    def push_instant(self, instant: Instant, served: bool = False, frames: int = 1) -> int:
         """
         Push a lock-step engine's frame, given as the instant it is; return its sequence.
 
         served: the link answered SITL with this instant already, before pushing it (it is
         the newest sample, at its own stamp: what wait_for_sample would have returned), so
         it is marked served and its optional values counted used, as serving it would have.
+        frames: the newest of that many frames served, evenly spaced (the compiled frame
+        loop's batch): the histories keep it, the meters count them all.
         """
         stamp = instant.stamp
         with self._condition:
             self.push_frame(ImuSample(stamp, instant.gyro, instant.accel),
                             OdometrySample(stamp, instant.position, instant.velocity,
-                                           instant.quaternion, instant.gyro))
+                                           instant.quaternion, instant.gyro), frames)
             if (instant.ranges or instant.wind is not None or instant.airspeed is not None
                     or instant.battery is not None or instant.rc is not None):
-                self._push_optional_values(instant, served)
+                self._push_optional_values(instant, served, frames)
             if served:
                 self._await_odometry = True
                 self._served = max(self._served, self._sequence)
                 self._condition.notify_all()
             return self._sequence
 
-    def _push_optional_values(self, instant: Instant, served: bool) -> None:
+    def _push_optional_values(self, instant: Instant, served: bool, frames: int) -> None:
         """Push the instant's optional values (under the lock); served: count them used."""
         optional = list(zip(self._range_names, instant.ranges))
         optional += [(WIND, instant.wind), (AIRSPEED, instant.airspeed),
                      (BATTERY, instant.battery), (RC, instant.rc)]
         for name, value in optional:
             if value is not None:
-                self._push_optional(name, Stamped(instant.stamp, value))
+                self._push_optional(name, Stamped(instant.stamp, value), frames)
                 if served:
-                    self.meters[name].used += 1
+                    self.meters[name].used += frames
 
     def _note_jump(self, stamp: float, newest: Optional[float]) -> None:
         """Note a primary stamp jumping forward: a jump back after it is two clocks."""
@@ -289,8 +297,8 @@ class SensorState:
             self._jumped_forward = True
 
     def _push_primary(self, name: str, sample: ImuSample, outcome: str,
-                      newest: Optional[float]) -> None:
-        if not self._record(name, sample.stamp, outcome, newest):
+                      newest: Optional[float], frames: int = 1) -> None:
+        if not self._record(name, sample.stamp, outcome, newest, frames):
             return
         if outcome is Appended.RESET:
             self._resets += 1
@@ -301,11 +309,12 @@ class SensorState:
         self._sequence += 1
         self._condition.notify_all()
 
-    def _push_optional(self, name: str, sample: Stamped) -> None:
+    def _push_optional(self, name: str, sample: Stamped, frames: int = 1) -> None:
         with self._condition:
             history = self._optional[name]
             newest = history.newest_stamp
-            self._record(name, sample.stamp, history.append(sample.stamp, sample), newest)
+            self._record(name, sample.stamp, history.append(sample.stamp, sample), newest,
+                         frames)
 
     def push_range(self, index: int, sample: RangeSample) -> None:
         if not 0 <= index < len(self._range_names):

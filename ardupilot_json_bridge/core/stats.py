@@ -2,7 +2,7 @@
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 LATENCY_WINDOW = 2048
 RATE_SMOOTHING = 0.05
@@ -40,15 +40,15 @@ class InputMeter:
         self._stamp_gaps: Deque[float] = deque(maxlen=STEP_WINDOW)
         self.missed = 0
 
-    def record(self, arrival: float) -> None:
-        """Count one message that arrived at monotonic time arrival."""
+    def record(self, arrival: float, count: int = 1) -> None:
+        """Count count messages, the newest arrived at monotonic time arrival, evenly spaced."""
         if self.last_arrival is not None:
-            interval = arrival - self.last_arrival
+            interval = (arrival - self.last_arrival) / count
             if self._interval is None:
                 self._interval = interval
             else:
                 self._interval += RATE_SMOOTHING * (interval - self._interval)
-        self.count += 1
+        self.count += count
         self.last_arrival = arrival
 
     def note_stamp_gap(self, gap: float) -> None:
@@ -90,6 +90,17 @@ class LatencyWindow:
         self._values[self._next] = seconds
         self._next = (self._next + 1) % len(self._values)
         self._filled = min(self._filled + 1, len(self._values))
+
+    def extend(self, values: Sequence[float]) -> None:
+        """Add each of values, oldest first (as many add calls would, in two slices)."""
+        size = len(self._values)
+        kept = list(values[-size:])
+        count = len(kept)
+        first = min(count, size - self._next)
+        self._values[self._next:self._next + first] = kept[:first]
+        self._values[:count - first] = kept[first:]
+        self._next = (self._next + count) % size
+        self._filled = min(self._filled + count, size)
 
     def percentile(self, fraction: float) -> Optional[float]:
         if not self._filled:

@@ -211,8 +211,15 @@ class SitlSession:
         return stamp - self.origin
 
     def record_reply(self, frame_count: int, reply: bytes, sequence: int, stamp: float,
-                     timestamp: float) -> None:
-        """Remember what answered frame_count, for duplicates and the next timestamp."""
+                     timestamp: float, previous_timestamp: float = math.nan) -> None:
+        """
+        Remember what answered frame_count, for duplicates and the next timestamp.
+
+        previous_timestamp: the reply's before it, where those between were not recorded
+        (frames answered in C, recorded a batch at a time).
+        """
+        if not math.isnan(previous_timestamp):
+            self.last_timestamp = previous_timestamp
         if self.last_stamp is not None and timestamp > self.last_timestamp:
             self.last_step = timestamp - self.last_timestamp
         self.replied_frame = frame_count

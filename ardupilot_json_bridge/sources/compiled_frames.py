@@ -18,14 +18,13 @@ thread of their own, while the loop serves on: no reply waits for the interprete
 links handle a datagram handed back, every frame served is bookkept.
 """
 
-from collections import Counter
 import functools
 import logging
 import math
 import os
 import threading
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from ardupilot_json_bridge.compiled import _frame
 from ardupilot_json_bridge.core.protocol import ReplyError, ServoPacket
@@ -37,10 +36,41 @@ from ardupilot_json_bridge.sources.mujoco_source import frame_instant, MujocoLoc
 from ardupilot_json_bridge.sources.mujoco_vehicle import (
     _diverged, frame_steps, reading_state, VehicleState)
 
+Reading = Tuple[float, ...]
+
 # Frames served between two passes of the bookkeeping: at SITL's 1200 frames a second, 27 ms.
 BATCH = 32
 # What FrameLoop.serve() returns first (compiled/_frame.c).
 HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED = range(4)
+
+
+class VehicleBatch(NamedTuple):
+    """
+    One vehicle's frames of a batch the loop served (FrameLoop.take, compiled/_frame.c).
+
+    The frames answered are counted, their newest given whole; a frame not answered (its
+    physics time did not advance, or no reply could be made) is given alone. checks and records
+    hold every frame where asked for: the live checks' and the recording's arguments.
+    """
+
+    index: int
+    frames: int
+    last_count: int
+    last_received: float
+    last_pwm: Tuple[int, ...]
+    last_commands: Tuple[float, ...]
+    answered: int
+    answered_count: int
+    answered_reading: Optional[Reading]
+    reply: Optional[bytes]
+    timestamp: float
+    previous_timestamp: float
+    replied_at: float
+    latencies: Tuple[float, ...]
+    send_errors: Tuple[int, ...]
+    unanswered: Tuple[Tuple[int, Reading, float], ...]
+    checks: Optional[Tuple[tuple, ...]]
+    records: Optional[Tuple[Tuple[Reading, Tuple[int, ...], Tuple[float, ...]], ...]]
 
 
 def loop_blocker(link: SitlLink, source: MujocoLockStep) -> Optional[str]:
@@ -173,7 +203,8 @@ class CompiledFrames:
         loop, link = self.loop, self.links[0]
         while True:
             try:
-                batch = loop.take()
+                batch = loop.take(any(s.checker is not None for s in self.sources),
+                                  any(s.recorder is not None for s in self.sources))
             except Exception as error:
                 # The loop must not wait for a bookkeeping that is gone: it stops being ready.
                 self.failed = True
@@ -185,7 +216,7 @@ class CompiledFrames:
                 return
             self.batches += 1
             try:
-                self._bookkeep(*batch)
+                self._bookkeep([VehicleBatch(*fields) for fields in batch])
             except Exception as error:
                 link.warnings.error('bookkeeping', f'{link._prefix}the bookkeeping of frames '
                                                    f'served in C failed: {error!r}')
@@ -203,53 +234,55 @@ class CompiledFrames:
                 with self._bookkept:
                     self._bookkept.notify_all()
 
-    def _bookkeep(self, vehicles: Tuple[int, ...], counts: Tuple[int, ...],
-                  pwm: Tuple[Tuple[int, ...], ...], commands: Tuple[Tuple[float, ...], ...],
-                  readings: Tuple[Tuple[float, ...], ...], timestamps: Tuple[float, ...],
-                  received: Tuple[float, ...], sent: Tuple[float, ...], errors: Tuple[int, ...],
-                  answered: Tuple[bool, ...], replies: Tuple[Optional[bytes], ...]) -> None:
-        """Take a batch of frames served into the links' and the sources' bookkeeping."""
-        last: Dict[int, int] = {index: k for k, index in enumerate(vehicles)}
-        served = Counter(vehicles)
-        for k, index in enumerate(vehicles):
-            link, source = self.links[index], self.sources[index]
-            reading = reading_state(readings[k])
-            source._check(reading, pwm[k])
-            if source.recorder is not None:
-                source.recorder.add(reading, pwm[k], commands[k], index)
-            link.stats.received += 1
-            link.stats.new_frames += 1
-            link.stats.last_packet = link.peers.heard = received[k]
-            link.session.last_frame = counts[k]
-            if not answered[k]:
-                self._unanswered(link, counts[k], reading, timestamps[k])
-                continue
-            sequence = link.state.push_instant(frame_instant(reading), served=True)
-            link.session.record_reply(counts[k], replies[index] if k == last[index] else None,
-                                      sequence, reading.time, timestamps[k])
-            self._sent(link, received[k], sent[k], errors[k])
-        for index, k in last.items():
-            vehicle, source = self.vehicles[index], self.sources[index]
-            frames = served[index]
-            vehicle.steps += frames * self._steps
-            source.frames += frames
+    def _bookkeep(self, batch: Sequence[VehicleBatch]) -> None:
+        """
+        Take a batch of frames served into the links' and the sources' bookkeeping.
+
+        Per vehicle, not per frame: every frame goes to the live checks and the recording, the
+        newest answered to the state (metered as all of them), the session and the statistics.
+        """
+        for served in batch:
+            index = served.index
+            link, source, vehicle = self.links[index], self.sources[index], self.vehicles[index]
+            if served.checks is not None and source.checker is not None:
+                source.checker.add_frames(served.checks)
+            if served.records is not None and source.recorder is not None:
+                for reading, pwm, commands in served.records:
+                    source.recorder.add(reading_state(reading), pwm, commands, index)
+            stats = link.stats
+            stats.received += served.frames
+            stats.new_frames += served.frames
+            stats.last_packet = link.peers.heard = served.last_received
+            if served.answered:
+                self._answered(link, served)
+            link.session.last_frame = served.last_count
+            for count, reading, timestamp in served.unanswered:
+                self._unanswered(link, count, reading_state(reading), timestamp)
+            vehicle.steps += served.frames * self._steps
+            source.frames += served.frames
             rate = self._rates[index] if index < len(self._rates) else 0
-            source.stepped_in_c(ServoPacket(rate, counts[k], pwm[k]), list(commands[k]))
-        answered_at = [time for time in sent if not math.isnan(time)]
+            source.stepped_in_c(ServoPacket(rate, served.last_count, served.last_pwm),
+                                list(served.last_commands))
+            self.served += served.frames
+        answered_at = [served.replied_at for served in batch if served.answered]
         if self.world is not None and answered_at:
             self.world.answered_at(max(answered_at))
-        self.served += len(vehicles)
 
     @staticmethod
-    def _sent(link: SitlLink, received: float, sent: float, error: int) -> None:
-        """Count a reply the loop sent, or say why it could not."""
-        link.session.replied_at = sent
-        if error:
+    def _answered(link: SitlLink, served: VehicleBatch) -> None:
+        """Push the newest frame answered, remember its reply, count the replies sent."""
+        reading = reading_state(served.answered_reading)
+        sequence = link.state.push_instant(frame_instant(reading), served=True,
+                                           frames=served.answered)
+        session = link.session
+        session.record_reply(served.answered_count, served.reply, sequence, reading.time,
+                             served.timestamp, served.previous_timestamp)
+        session.replied_at = served.replied_at
+        link.stats.replied += len(served.latencies)
+        link.stats.latency.extend(served.latencies)
+        for error in served.send_errors:
             link.warnings.warning('send', f'{link._prefix}reply to {link.peer} failed: '
                                           f'{os.strerror(error)}')
-            return
-        link.stats.replied += 1
-        link.stats.latency.add(sent - received)
 
     def _unanswered(self, link: SitlLink, frame_count: int, reading: VehicleState,
                     timestamp: float) -> None:

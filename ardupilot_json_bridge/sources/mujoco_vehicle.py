@@ -134,13 +134,7 @@ class VehicleState:
     @property
     def body_velocity(self) -> Tuple[float, float, float]:
         """Return the world velocity turned into the body (the attitude matrix's transpose)."""
-        x, y, z, w = self.orientation
-        vx, vy, vz = self.velocity
-        xx, yy, zz, xy, xz, yz, wx, wy, wz = (
-            x * x, y * y, z * z, x * y, x * z, y * z, w * x, w * y, w * z)
-        return ((1.0 - 2.0 * (yy + zz)) * vx + 2.0 * (xy + wz) * vy + 2.0 * (xz - wy) * vz,
-                2.0 * (xy - wz) * vx + (1.0 - 2.0 * (xx + zz)) * vy + 2.0 * (yz + wx) * vz,
-                2.0 * (xz + wy) * vx + 2.0 * (yz - wx) * vy + (1.0 - 2.0 * (xx + yy)) * vz)
+        return _frame.world_to_body(self.orientation, self.velocity)
 
 
 @dataclass(frozen=True)
