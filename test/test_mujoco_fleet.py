@@ -98,9 +98,14 @@ class Fleet:
         assert self.world.holding == [0, 1]
         return parse_reply(datagram, '4.6')
 
-    def step(self, pwms: Dict[int, Sequence[int]], timeout: float = 5.0, apart: float = 0.0
-             ) -> Dict[int, Dict[str, object]]:
-        """Send each named peer's frame (apart seconds after the one before), read the replies."""
+    def step(self, pwms: Dict[int, Sequence[int]], timeout: float = 5.0, apart: float = 0.0,
+             settle: bool = True) -> Dict[int, Dict[str, object]]:
+        """
+        Send each named peer's frame (apart seconds after the one before), read the replies.
+
+        settle: wait for the compiled loop's bookkeeping of them (else a batch may hold several
+        world steps, as it does in flight).
+        """
         for order, (index, pwm) in enumerate(pwms.items()):
             if order and apart:
                 time.sleep(apart)
@@ -111,7 +116,8 @@ class Fleet:
             assert datagram is not None, f'vehicle {index}: no reply to its frame'
             replies[index] = parse_reply(datagram, '4.6')
             self.peers[index].frame_count += 1
-        self.settle()
+        if settle:
+            self.settle()
         return replies
 
     def settle(self) -> None:
@@ -353,6 +359,31 @@ def test_a_recorded_fleets_clock_runs_while_vehicle_0s_sitl_is_away(tmp_path):
     assert clock == sorted(clock) and len(imu['vehicle1']) >= 120
     assert clock[-1] == pytest.approx(imu['vehicle1'][-1], abs=1e-9)
     assert last['timestamp'] > 0.09
+
+
+def test_a_compiled_fleets_recording_has_each_world_steps_clock_once(tmp_path):
+    # The compiled loop bookkeeps a batch of world steps at a time: the recording still gets
+    # the frames step by step, so the shared /clock is written once a step, in order.
+    pytest.importorskip('rosbags', reason='recording needs rosbags')
+    from ardupilot_json_bridge.sources.flight_recorder import FlightRecorder
+    recorder = FlightRecorder(str(tmp_path / 'fleet'), namespaces=['vehicle0', 'vehicle1'])
+    fleet = Fleet(2, recorder=recorder, compiled=True)
+    steps = 300
+    try:
+        for _ in range(steps):
+            fleet.step({0: IDLE, 1: IDLE}, settle=False)
+        fleet.settle()
+        batches = fleet.server.compiled.batches
+    finally:
+        fleet.close()
+        recorder.close()
+    assert batches < steps, 'no batch held two world steps: nothing was tested'
+    topics = read_bag(tmp_path / 'fleet')
+    clock = [m.clock.sec + m.clock.nanosec * 1e-9 for _, m in topics['/clock'][1]]
+    imu = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+           for _, m in topics['/vehicle0/imu'][1]]
+    assert len(clock) == len(set(clock)) == len(imu) >= steps
+    assert clock == sorted(clock)
 
 
 def free_instances(count: int) -> int:

@@ -857,9 +857,15 @@ static PyObject *FrameLoop_resume(FrameLoop *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* Hand the batch being filled to the bookkeeping once the other is taken (the lock held). */
+/*
+ * Hand the batch being filled to the bookkeeping once the other is taken (the lock held). The
+ * loop waiting here for a full one is done once the other thread handed it over (next_batch):
+ * the batch it fills then is the empty one.
+ */
 static void hand_over(FrameLoop *self) {
-  while (self->pending >= 0 && !self->closed) pthread_cond_wait(&self->changed, &self->lock);
+  while (self->pending >= 0 && !self->closed && self->filled[self->filling])
+    pthread_cond_wait(&self->changed, &self->lock);
+  if (!self->filled[self->filling]) return;
   if (self->closed) {
     self->filled[self->filling] = 0; /* no one takes it any more */
     return;
@@ -914,8 +920,8 @@ static int gather(FrameLoop *self) {
   int count = self->count, waiting = count;
   self->consumed = 0;
   for (int k = 0; k < count; k++) self->seat[k].arrived = 0;
-  struct pollfd fds[MAX_VEHICLES + 2];
-  int seats[MAX_VEHICLES + 2];
+  struct pollfd fds[MAX_VEHICLES + 1];
+  int seats[MAX_VEHICLES + 1];
   if (count == 1 && self->waker < 0) {
     int plain = take_datagram(self, 0); /* a lone vehicle: block on its socket */
     return plain < 0 ? RECEIVE_FAILED : plain ? -1 : HANDED_BACK;
@@ -1143,12 +1149,13 @@ static PyObject *check_tuple(const Served *frame, PyObject *pwm) {
  * One vehicle's frames of a batch, as sources/compiled_frames.py VehicleBatch reads them:
  * (index, frames, last_count, last_received, last_pwm, last_commands, answered,
  * answered_count, answered_reading, reply, timestamp, previous_timestamp, replied_at,
- * latencies, send_errors, unanswered, checks, records). The frames answered are counted and
- * their newest given whole; each one not answered is given (count, reading, timestamp); checks
- * and records hold every frame where asked for, else None.
+ * latencies, send_errors, unanswered, checks). The frames answered are counted and their newest
+ * given whole; each one not answered is given (count, reading, timestamp): it comes after them,
+ * since a frame not answered ends serve_frames. checks holds every frame where asked for, else
+ * None.
  */
 static PyObject *vehicle_batch(const FrameLoop *self, int vehicle, const Served *frames, int n,
-                               int checks, int records) {
+                               int checks) {
   int total = 0, answered = 0, failed = 0, last = -1, newest = -1, previous = -1;
   for (int j = 0; j < n; j++) {
     if (frames[j].vehicle != vehicle) continue;
@@ -1164,10 +1171,8 @@ static PyObject *vehicle_batch(const FrameLoop *self, int vehicle, const Served 
   PyObject *latencies = PyTuple_New(answered - failed), *errors = PyTuple_New(failed);
   PyObject *unanswered = PyTuple_New(total - answered);
   PyObject *check_list = checks ? PyTuple_New(total) : Py_NewRef(Py_None);
-  PyObject *record_list = records ? PyTuple_New(total) : Py_NewRef(Py_None);
-  PyObject *result = NULL;
-  if (!latencies || !errors || !unanswered || !check_list || !record_list) goto done;
-  int in_latencies = 0, in_errors = 0, in_unanswered = 0, in_lists = 0;
+  if (!latencies || !errors || !unanswered || !check_list) goto done;
+  int in_latencies = 0, in_errors = 0, in_unanswered = 0, in_checks = 0;
   for (int j = 0; j < n; j++) {
     const Served *frame = &frames[j];
     if (frame->vehicle != vehicle) continue;
@@ -1186,41 +1191,49 @@ static PyObject *vehicle_batch(const FrameLoop *self, int vehicle, const Served 
       if (!item) goto done;
       PyTuple_SET_ITEM(unanswered, in_unanswered++, item);
     }
-    if (!checks && !records) continue;
+    if (!checks) continue;
     PyObject *pwm = channels_tuple(frame);
-    if (!pwm) goto done;
-    PyObject *check = checks ? check_tuple(frame, pwm) : NULL;
-    PyObject *record = records ? Py_BuildValue("(NON)", floats(frame->reading, READING_VALUES), pwm,
-                                               floats(frame->commands, actuators))
-                               : NULL;
-    Py_DECREF(pwm);
-    if ((checks && !check) || (records && !record)) {
-      Py_XDECREF(check);
-      Py_XDECREF(record);
-      goto done;
-    }
-    if (checks) PyTuple_SET_ITEM(check_list, in_lists, check);
-    if (records) PyTuple_SET_ITEM(record_list, in_lists, record);
-    in_lists++;
+    PyObject *check = pwm ? check_tuple(frame, pwm) : NULL;
+    Py_XDECREF(pwm);
+    if (!check) goto done;
+    PyTuple_SET_ITEM(check_list, in_checks++, check);
   }
   const Served *final = &frames[last];
   const Served *reply = newest >= 0 ? &frames[newest] : NULL;
-  result = Py_BuildValue(
-      "(iikdNNilNNdddNNNNN)", vehicle, total, (unsigned long)final->count, final->received,
+  return Py_BuildValue(
+      "(iikdNNilNNdddNNNN)", vehicle, total, (unsigned long)final->count, final->received,
       channels_tuple(final), floats(final->commands, actuators), answered,
       reply ? (long)reply->count : -1L,
       reply ? floats(reply->reading, READING_VALUES) : Py_NewRef(Py_None),
       reply ? PyBytes_FromStringAndSize(reply->reply, reply->reply_size) : Py_NewRef(Py_None),
       reply ? reply->timestamp : NAN, previous >= 0 ? frames[previous].timestamp : NAN,
-      reply ? reply->sent : NAN, latencies, errors, unanswered, check_list, record_list);
-  return result;
+      reply ? reply->sent : NAN, latencies, errors, unanswered, check_list);
 done:
   Py_XDECREF(latencies);
   Py_XDECREF(errors);
   Py_XDECREF(unanswered);
   Py_XDECREF(check_list);
-  Py_XDECREF(record_list);
   return NULL;
+}
+
+/* Every frame of a batch as the recording takes it, in the order served: (vehicle, reading,
+ * pwm, commands). */
+static PyObject *batch_records(const FrameLoop *self, const Served *frames, int n) {
+  PyObject *records = PyTuple_New(n);
+  if (!records) return NULL;
+  for (int j = 0; j < n; j++) {
+    const Served *frame = &frames[j];
+    int actuators = self->seat[frame->vehicle].vehicle->actuators;
+    PyObject *record = Py_BuildValue("(iNNN)", frame->vehicle,
+                                     floats(frame->reading, READING_VALUES),
+                                     channels_tuple(frame), floats(frame->commands, actuators));
+    if (!record) {
+      Py_DECREF(records);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(records, j, record);
+  }
+  return records;
 }
 
 /*
@@ -1252,9 +1265,10 @@ static int next_batch(FrameLoop *self) {
 }
 
 /*
- * take(checks, records) -> each vehicle's frames of the next batch served (vehicle_batch), in
- * the vehicles' order, once there is a batch; None once closed. done() after its bookkeeping
- * frees it for the loop.
+ * take(checks, records) -> (each vehicle's frames of the next batch served (vehicle_batch), in
+ * the vehicles' order; where records, every frame as the recording takes it, in the order
+ * served (batch_records), else None), once there is a batch; None once closed. done() after
+ * its bookkeeping frees it for the loop.
  */
 static PyObject *FrameLoop_take(FrameLoop *self, PyObject *args) {
   int checks, records;
@@ -1277,14 +1291,15 @@ static PyObject *FrameLoop_take(FrameLoop *self, PyObject *args) {
   if (!batch) return NULL;
   for (int k = 0, g = 0; k < self->count; k++) {
     if (!present[k]) continue;
-    PyObject *group = vehicle_batch(self, k, frames, n, checks, records);
+    PyObject *group = vehicle_batch(self, k, frames, n, checks);
     if (!group) {
       Py_DECREF(batch);
       return NULL;
     }
     PyTuple_SET_ITEM(batch, g++, group);
   }
-  return batch;
+  return Py_BuildValue("(NN)", batch,
+                       records ? batch_records(self, frames, n) : Py_NewRef(Py_None));
 }
 
 static PyObject *FrameLoop_done(FrameLoop *self, PyObject *unused) {

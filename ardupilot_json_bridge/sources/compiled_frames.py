@@ -12,10 +12,11 @@ other datagram (a first frame, a restart, a resend, a stranger, a bad packet, a 
 and a world held longer than hold_timeout go back to the links, with the datagrams read with
 them, which handle them as ever.
 
-The frames served go into the bookkeeping each frame gets in Python (the session, the
-statistics, the state, the live checks, the recording, in order) in batches of BATCH, on a
-thread of their own, while the loop serves on: no reply waits for the interpreter. Before the
-links handle a datagram handed back, every frame served is bookkept.
+The frames served go into the bookkeeping (the session, the statistics, the state, the live
+checks, the recording) in batches of up to BATCH, on a thread of their own, while the loop serves
+on: no reply waits for the interpreter. A batch is bookkept a vehicle at a time (VehicleBatch),
+not a frame at a time. Before the links handle a datagram handed back, every frame served is
+bookkept.
 """
 
 import functools
@@ -38,7 +39,8 @@ from ardupilot_json_bridge.sources.mujoco_vehicle import (
 
 Reading = Tuple[float, ...]
 
-# Frames served between two passes of the bookkeeping: at SITL's 1200 frames a second, 27 ms.
+# The most frames a batch holds; one goes sooner once its first frame is 2 ms old (BATCH_AGE in
+# compiled/_frame.c): a few frames at real time, a full batch at 20 x.
 BATCH = 32
 # What FrameLoop.serve() returns first (compiled/_frame.c).
 HANDED_BACK, RECEIVE_FAILED, UNANSWERED, WAITED = range(4)
@@ -49,8 +51,8 @@ class VehicleBatch(NamedTuple):
     One vehicle's frames of a batch the loop served (FrameLoop.take, compiled/_frame.c).
 
     The frames answered are counted, their newest given whole; a frame not answered (its
-    physics time did not advance, or no reply could be made) is given alone. checks and records
-    hold every frame where asked for: the live checks' and the recording's arguments.
+    physics time did not advance, or no reply could be made) is given alone, after them. checks
+    holds every frame where asked for: the live checks' arguments.
     """
 
     index: int
@@ -70,7 +72,10 @@ class VehicleBatch(NamedTuple):
     send_errors: Tuple[int, ...]
     unanswered: Tuple[Tuple[int, Reading, float], ...]
     checks: Optional[Tuple[tuple, ...]]
-    records: Optional[Tuple[Tuple[Reading, Tuple[int, ...], Tuple[float, ...]], ...]]
+
+
+# A frame as the recording takes it: (vehicle, reading, pwm, commands), in the order served.
+Record = Tuple[int, Reading, Tuple[int, ...], Tuple[float, ...]]
 
 
 def loop_blocker(link: SitlLink, source: MujocoLockStep) -> Optional[str]:
@@ -215,8 +220,10 @@ class CompiledFrames:
             if batch is None:
                 return
             self.batches += 1
+            groups, records = batch
             try:
-                self._bookkeep([VehicleBatch(*fields) for fields in batch])
+                self._record(records)
+                self._bookkeep([VehicleBatch(*fields) for fields in groups])
             except Exception as error:
                 link.warnings.error('bookkeeping', f'{link._prefix}the bookkeeping of frames '
                                                    f'served in C failed: {error!r}')
@@ -234,21 +241,30 @@ class CompiledFrames:
                 with self._bookkept:
                     self._bookkept.notify_all()
 
+    def _record(self, records: Optional[Sequence[Record]]) -> None:
+        """
+        Hand every frame to its vehicle's recording, in the order served.
+
+        A fleet shares one recording, which writes a world step's /clock once, from its first
+        vehicle's frame: the frames go in world step by world step.
+        """
+        for index, reading, pwm, commands in records or ():
+            recorder = self.sources[index].recorder
+            if recorder is not None:
+                recorder.add(reading_state(reading), pwm, commands, index)
+
     def _bookkeep(self, batch: Sequence[VehicleBatch]) -> None:
         """
         Take a batch of frames served into the links' and the sources' bookkeeping.
 
-        Per vehicle, not per frame: every frame goes to the live checks and the recording, the
-        newest answered to the state (metered as all of them), the session and the statistics.
+        Per vehicle, not per frame: every frame goes to the live checks, the newest answered to
+        the state (metered as all of them), the session and the statistics.
         """
         for served in batch:
             index = served.index
             link, source, vehicle = self.links[index], self.sources[index], self.vehicles[index]
             if served.checks is not None and source.checker is not None:
                 source.checker.add_frames(served.checks)
-            if served.records is not None and source.recorder is not None:
-                for reading, pwm, commands in served.records:
-                    source.recorder.add(reading_state(reading), pwm, commands, index)
             stats = link.stats
             stats.received += served.frames
             stats.new_frames += served.frames
