@@ -521,10 +521,18 @@ static void read_vehicle(Vehicle *vehicle, double *r) {
   }
 }
 
-static PyObject *reading_tuple(const double *r) {
-  PyObject *tuple = PyTuple_New(READING_VALUES);
+/* A tuple of n floats, or NULL with the error set. */
+static PyObject *floats(const double *values, int n) {
+  PyObject *tuple = PyTuple_New(n);
   if (!tuple) return NULL;
-  for (int i = 0; i < READING_VALUES; i++) PyTuple_SET_ITEM(tuple, i, PyFloat_FromDouble(r[i]));
+  for (int i = 0; i < n; i++) {
+    PyObject *value = PyFloat_FromDouble(values[i]);
+    if (!value) {
+      Py_DECREF(tuple);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(tuple, i, value);
+  }
   return tuple;
 }
 
@@ -556,7 +564,7 @@ static PyObject *Vehicle_read(Vehicle *self, PyObject *unused) {
   if (!made(self)) return NULL;
   double reading[READING_VALUES];
   read_vehicle(self, reading);
-  return reading_tuple(reading);
+  return floats(reading, READING_VALUES);
 }
 
 static PyObject *Vehicle_forward(Vehicle *self, PyObject *unused) {
@@ -750,12 +758,17 @@ static int FrameLoop_init(FrameLoop *self, PyObject *args, PyObject *kwargs) {
   self->count = (int)count;
   self->capacity = capacity;
   self->pending = -1;
-  pthread_mutex_init(&self->lock, NULL);
   pthread_condattr_t monotonic_clock; /* take()'s timed wait counts in monotonic() time */
   pthread_condattr_init(&monotonic_clock);
-  pthread_condattr_setclock(&monotonic_clock, CLOCK_MONOTONIC);
-  pthread_cond_init(&self->changed, &monotonic_clock);
+  int clock_error = pthread_condattr_setclock(&monotonic_clock, CLOCK_MONOTONIC);
+  if (!clock_error) clock_error = pthread_cond_init(&self->changed, &monotonic_clock);
   pthread_condattr_destroy(&monotonic_clock);
+  if (clock_error) {
+    errno = clock_error;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
+  }
+  pthread_mutex_init(&self->lock, NULL);
   self->ready = 1;
   Py_XSETREF(self->vehicles, Py_NewRef(vehicles));
   Py_XSETREF(self->on_diverged, Py_NewRef(on_diverged));
@@ -1121,18 +1134,17 @@ static PyObject *FrameLoop_serve(FrameLoop *self, PyObject *unused) {
   return Py_BuildValue("(iNO)", outcome, handed, Py_None);
 }
 
-static PyObject *floats(const double *values, int n) {
-  PyObject *tuple = PyTuple_New(n);
-  if (!tuple) return NULL;
-  for (int i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, PyFloat_FromDouble(values[i]));
-  return tuple;
-}
-
 static PyObject *channels_tuple(const Served *frame) {
   PyObject *tuple = PyTuple_New(frame->channels);
   if (!tuple) return NULL;
-  for (int i = 0; i < frame->channels; i++)
-    PyTuple_SET_ITEM(tuple, i, PyLong_FromLong(frame->pwm[i]));
+  for (int i = 0; i < frame->channels; i++) {
+    PyObject *value = PyLong_FromLong(frame->pwm[i]);
+    if (!value) {
+      Py_DECREF(tuple);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(tuple, i, value);
+  }
   return tuple;
 }
 
