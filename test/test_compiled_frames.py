@@ -335,7 +335,7 @@ def test_a_slow_bookkeeping_never_gets_an_empty_batch(monkeypatch):
 
     def slow(self, batch):
         sizes.append(sum(served.frames for served in batch))
-        time.sleep(0.004)
+        time.sleep(0.02)  # a batch fills while the other is bookkept, and ages past 2 ms
         bookkeep(self, batch)
 
     monkeypatch.setattr(CompiledFrames, '_bookkeep', slow)
