@@ -21,7 +21,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>

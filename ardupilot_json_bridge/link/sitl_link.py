@@ -556,8 +556,11 @@ class SitlLink:
         try:
             self._sock.sendto(data, self.peers.peer)
         except OSError as error:
-            self.warnings.warning('send', f'{self._prefix}reply to {self.peers.peer} failed: '
-                                          f'{error}')
+            self.send_failed(error)
             return
         self.stats.replied += 1
         self.stats.latency.add(self._clock() - received)
+
+    def send_failed(self, error: OSError) -> None:
+        """Say (rate-limited) that a reply to the peer could not be sent, and why."""
+        self.warnings.warning('send', f'{self._prefix}reply to {self.peers.peer} failed: {error}')

@@ -297,8 +297,7 @@ class CompiledFrames:
         link.stats.replied += len(served.latencies)
         link.stats.latency.extend(served.latencies)
         for error in served.send_errors:
-            link.warnings.warning('send', f'{link._prefix}reply to {link.peer} failed: '
-                                          f'{os.strerror(error)}')
+            link.send_failed(OSError(error, os.strerror(error)))
 
     def _unanswered(self, link: SitlLink, frame_count: int, reading: VehicleState,
                     timestamp: float) -> None:
