@@ -118,6 +118,34 @@ def test_sitl_stores_the_same_values_as_from_every_digit():
         assert strtod(document['timestamp']) == reply.timestamp
 
 
+def test_any_double_and_float_reads_back_bit_for_bit():
+    # Random bit patterns (every exponent, denormals too) and values at the edges of printf's
+    # notations and of the digits, as strtod and strtof read them: the double itself, and the
+    # float32 numpy rounds it to.
+    strtof, strtod = sitl_parser()
+    rng = np.random.default_rng(32)
+    patterns = rng.integers(0, 2 ** 63, 12000, dtype=np.uint64).view(np.float64)
+    patterns = patterns[np.abs(patterns) <= 3.4e38]
+    signs = np.where(rng.integers(0, 2, patterns.size) == 1, -1.0, 1.0)
+    edges = [1e-4, 9.9999999e-5, 0.000099999999999999991, 1e9, 999999999.5, 1e16, 1e17,
+             99999999999999999.0, 5e-324, 2.2250738585072014e-308, 1.1754943508222875e-38,
+             3.4028234663852886e38, 0.1, 1.0 / 3.0]
+    values = [float(v) for v in patterns * signs] + edges + [-v for v in edges]
+    for start in range(0, len(values) - 16, 17):
+        chunk = values[start:start + 17]
+        reply = SensorReply(timestamp=abs(chunk[0]), gyro=tuple(chunk[1:4]),
+                            accel_body=tuple(chunk[4:7]), position=tuple(chunk[7:10]),
+                            quaternion=tuple(chunk[10:14]), velocity=tuple(chunk[14:17]))
+        document = json.loads(encode_reply(reply)[0], parse_float=str, parse_int=str)
+        doubles = [document['timestamp'], *document['position']]
+        assert [struct.pack('<d', strtod(token)) for token in doubles] == [
+            struct.pack('<d', value) for value in (abs(chunk[0]), *chunk[7:10])]
+        floats = [*document['imu']['gyro'], *document['imu']['accel_body'],
+                  *document['quaternion'], *document['velocity']]
+        assert [struct.pack('<f', strtof(token)) for token in floats] == [
+            struct.pack('<f', np.float32(value)) for value in chunk[1:7] + chunk[10:17]]
+
+
 def test_a_value_halfway_between_two_floats_is_stored_one_step_from_every_digit_at_most():
     # SITL's parse of repr's digits rounds a halfway value by the digits past the double it
     # names; the float32 cast rounds it to the even neighbour. Halfway values from numpy.

@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -94,13 +95,114 @@ static PyObject *py_decode_servo(PyObject *module, PyObject *arg) {
   return Py_BuildValue("(IkN)", servo.rate, (unsigned long)servo.count, pwm);
 }
 
+/* ---- Numbers as SITL reads them back ----------------------------------------------------- */
+
+/*
+ * printf's %.17g and %.9g give every digit correctly rounded, with multi-precision arithmetic:
+ * the reply's 17 numbers took about 4 us a frame. A number needs less to read back exactly:
+ * its digits within half a step of the type it is read into. In 64-bit-mantissa long double
+ * arithmetic the scaled value is off by at most about 1e-19 of itself (one product, one power
+ * of ten rounded), so the digits are the correctly rounded ones, or one step away when the
+ * value lies that close to halfway: 17 digits then stay within 0.52e-16 of a double (half its
+ * step is at least 0.55e-16), 9 digits within 0.6e-8 of a float32 (half its step is at least
+ * 3e-8). Where long double is no wider than double, printf writes them.
+ */
+/* The most a number takes, with its terminating zero: -1.2345678901234567e-308. */
+#define NUMBER_ROOM 25
+#define POWER_LOW (-30)
+#define POWER_HIGH 345
+#if LDBL_MANT_DIG >= 64
+#define FAST_DIGITS 1
+static long double power_of_ten[POWER_HIGH - POWER_LOW + 1];
+
+/* Fill the powers of ten, each correctly rounded (strtold), once at import. */
+static void fill_powers_of_ten(void) {
+  char text[16];
+  for (int k = POWER_LOW; k <= POWER_HIGH; k++) {
+    snprintf(text, sizeof(text), "1e%d", k);
+    power_of_ten[k - POWER_LOW] = strtold(text, NULL);
+  }
+}
+#else
+#define FAST_DIGITS 0
+static void fill_powers_of_ten(void) {}
+#endif
+
+/*
+ * Write value (finite, |value| <= FLOAT32_MAX) as printf's %.<digits>g would, digits 9 or 17,
+ * to out (room for NUMBER_ROOM); return the length. Reads back to the same double (17) or float (9).
+ */
+static int format_number(char *out, double value, int digits) {
+#if FAST_DIGITS
+  char *p = out;
+  if (signbit(value)) *p++ = '-';
+  double magnitude = fabs(value);
+  if (magnitude == 0.0) {
+    *p++ = '0';
+    return (int)(p - out);
+  }
+  int exponent = (int)floor(log10(magnitude));
+  long double low = power_of_ten[digits - 1 - POWER_LOW];
+  long double high = power_of_ten[digits - POWER_LOW];
+  long double scaled = 0.0L;
+  for (int tries = 0; tries < 3; tries++) {  /* log10 may be one off near a power of ten */
+    int shift = digits - 1 - exponent;
+    if (shift < POWER_LOW || shift > POWER_HIGH) break;
+    scaled = (long double)magnitude * power_of_ten[shift - POWER_LOW];
+    if (scaled >= high - 0.5L) exponent++;
+    else if (scaled < low) exponent--;
+    else break;
+  }
+  long long whole = llrintl(scaled);
+  if (!(whole >= (long long)low && whole < (long long)high))
+    return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+  char figures[20];
+  for (int i = digits - 1; i >= 0; i--) {
+    figures[i] = (char)('0' + whole % 10);
+    whole /= 10;
+  }
+  int significant = digits;
+  while (significant > 1 && figures[significant - 1] == '0') significant--;
+  if (exponent < -4 || exponent >= digits) {
+    *p++ = figures[0];
+    if (significant > 1) {
+      *p++ = '.';
+      memcpy(p, figures + 1, significant - 1);
+      p += significant - 1;
+    }
+    *p++ = 'e';
+    *p++ = exponent < 0 ? '-' : '+';
+    int power = abs(exponent);
+    if (power >= 100) *p++ = (char)('0' + power / 100);
+    *p++ = (char)('0' + power / 10 % 10);
+    *p++ = (char)('0' + power % 10);
+  } else if (exponent >= 0) {
+    for (int i = 0; i <= exponent; i++) *p++ = i < significant ? figures[i] : '0';
+    if (significant > exponent + 1) {
+      *p++ = '.';
+      memcpy(p, figures + exponent + 1, significant - exponent - 1);
+      p += significant - exponent - 1;
+    }
+  } else {
+    *p++ = '0';
+    *p++ = '.';
+    for (int i = 0; i < -exponent - 1; i++) *p++ = '0';
+    memcpy(p, figures, significant);
+    p += significant;
+  }
+  return (int)(p - out);
+#else
+  return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+#endif
+}
+
 /* ---- The reply's mandatory values -------------------------------------------------------- */
 
 /*
  * timestamp, gyro[3], accel_body[3], position[3], quaternion[4], velocity[3]. SITL keeps the
- * timestamp and position as doubles (every digit: %.17g reads back to the same double) and
- * parses the rest into floats with sscanf's %f: those are rounded to float32 here and written
- * in 9 digits (%.9g), which read back to exactly that float.
+ * timestamp and position as doubles (17 digits read back to the same double) and parses the
+ * rest into floats with sscanf's %f: those are rounded to float32 here and written in 9 digits,
+ * which read back to exactly that float (format_number).
  */
 #define MANDATORY_VALUES 17
 
@@ -110,19 +212,27 @@ static int sendable(const double *values) {
   return values[0] >= 0.0;
 }
 
+/* Append text (a literal) at p; return the end. */
+#define APPEND(p, text) (memcpy((p), (text), sizeof(text) - 1), (p) + sizeof(text) - 1)
+
 /* Write the reply's mandatory part (no closing brace); its length, or -1 if not sendable. */
 static int format_mandatory(char *out, size_t capacity, const double *v) {
-  if (!sendable(v)) return -1;
-  float f[MANDATORY_VALUES];
-  for (int i = 0; i < MANDATORY_VALUES; i++) f[i] = (float)v[i];
-  int size = snprintf(
-      out, capacity,
-      "\n{\"timestamp\":%.17g,\"imu\":{\"gyro\":[%.9g,%.9g,%.9g],\"accel_body\":[%.9g,%.9g,%.9g]},"
-      "\"position\":[%.17g,%.17g,%.17g],\"quaternion\":[%.9g,%.9g,%.9g,%.9g],"
-      "\"velocity\":[%.9g,%.9g,%.9g]",
-      v[0], f[1], f[2], f[3], f[4], f[5], f[6], v[7], v[8], v[9], f[10], f[11], f[12], f[13],
-      f[14], f[15], f[16]);
-  return size > 0 && (size_t)size < capacity ? size : -1;
+  /* The keys and separators before each value, in MANDATORY_VALUES order. */
+  static const char *const before[MANDATORY_VALUES] = {
+      "\n{\"timestamp\":", ",\"imu\":{\"gyro\":[", ",", ",", "],\"accel_body\":[", ",", ",",
+      "]},\"position\":[", ",", ",", "],\"quaternion\":[", ",", ",", ",", "],\"velocity\":[",
+      ",", ","};
+  if (!sendable(v) || capacity < NUMBER_ROOM * MANDATORY_VALUES + 128) return -1;
+  char *p = out;
+  for (int i = 0; i < MANDATORY_VALUES; i++) {
+    size_t key = strlen(before[i]);
+    memcpy(p, before[i], key);
+    p += key;
+    int doubled = i == 0 || (i >= 7 && i <= 9);
+    p += format_number(p, doubled ? v[i] : (double)(float)v[i], doubled ? 17 : 9);
+  }
+  *p++ = ']';
+  return (int)(p - out);
 }
 
 static PyObject *py_format_mandatory(PyObject *module, PyObject *args) {
@@ -521,6 +631,16 @@ static void read_vehicle(Vehicle *vehicle, double *r) {
 }
 
 /* A tuple of n floats, or NULL with the error set. */
+/*
+ * Untrack a tuple of numbers (or of such tuples) from the cyclic garbage collector: it cannot
+ * be part of a cycle. CPython's collector untracks such a tuple itself, but only when a pass
+ * reaches it; the bookkeeping makes some 40 a frame, and until then every pass walked them.
+ */
+static PyObject *numbers_only(PyObject *tuple) {
+  if (tuple) PyObject_GC_UnTrack(tuple);
+  return tuple;
+}
+
 static PyObject *floats(const double *values, int n) {
   PyObject *tuple = PyTuple_New(n);
   if (!tuple) return NULL;
@@ -532,7 +652,7 @@ static PyObject *floats(const double *values, int n) {
     }
     PyTuple_SET_ITEM(tuple, i, value);
   }
-  return tuple;
+  return numbers_only(tuple);
 }
 
 static int made(Vehicle *self) {
@@ -1014,9 +1134,11 @@ static int answer(FrameLoop *self, int k) {
       length = format_mandatory(frame->reply, sizeof(frame->reply) - 40, v);
   }
   if (length >= 0) {
-    length += snprintf(frame->reply + length, sizeof(frame->reply) - length, "%s%s}\n",
-                       self->no_time_sync ? ",\"no_time_sync\":1" : "",
-                       self->no_lockstep ? ",\"no_lockstep\":1" : "");
+    char *end = frame->reply + length;
+    if (self->no_time_sync) end = APPEND(end, ",\"no_time_sync\":1");
+    if (self->no_lockstep) end = APPEND(end, ",\"no_lockstep\":1");
+    end = APPEND(end, "}\n");
+    length = (int)(end - frame->reply);
     frame->reply_size = length;
     frame->answered = 1;
     seat->last_stamp = stamp;
@@ -1144,7 +1266,7 @@ static PyObject *channels_tuple(const Served *frame) {
     }
     PyTuple_SET_ITEM(tuple, i, value);
   }
-  return tuple;
+  return numbers_only(tuple);
 }
 
 /* What the live checks take of a frame (ConventionChecker.add_frame's arguments, ROS's). */
@@ -1152,8 +1274,8 @@ static PyObject *check_tuple(const Served *frame, PyObject *pwm) {
   const double *r = frame->reading;
   double linear[3];
   world_to_body(r + 4, r + 8, linear);
-  return Py_BuildValue("(dNNNNNO)", r[0], floats(r + 11, 3), floats(r + 14, 3), floats(r + 1, 3),
-                       floats(r + 4, 4), floats(linear, 3), pwm);
+  return numbers_only(Py_BuildValue("(dNNNNNO)", r[0], floats(r + 11, 3), floats(r + 14, 3),
+                                    floats(r + 1, 3), floats(r + 4, 4), floats(linear, 3), pwm));
 }
 
 /*
@@ -1413,6 +1535,7 @@ PyMODINIT_FUNC PyInit__frame(void) {
   if (PyType_Ready(&PwmMapType) < 0 || PyType_Ready(&VehicleType) < 0 ||
       PyType_Ready(&FrameLoopType) < 0)
     return NULL;
+  fill_powers_of_ten();
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   if (PyModule_AddObjectRef(m, "PwmMap", (PyObject *)&PwmMapType) < 0 ||

@@ -153,11 +153,12 @@ def _array(values: Sequence[float]) -> str:
 
 # The mandatory keys, the SensorReply field that holds each, and how many numbers it takes.
 # compiled/_frame.c writes them (format_mandatory), as the frame loop does: SITL keeps the
-# timestamp and position as doubles (%.17g: every digit of the double) and parses the rest
-# into floats with sscanf's %f; those are rounded to float32 and written in 9 digits (%.9g),
-# which read back to exactly that float. SITL holds the values it held from every digit,
-# except a value exactly halfway between two floats, which the cast rounds to even and a
-# parse of every digit rounds up or down by its further digits: one float32 step.
+# timestamp and position as doubles (17 significant digits, which read back to the same
+# double) and parses the rest into floats with sscanf's %f; those are rounded to float32 and
+# written in 9 digits, which read back to exactly that float (format_number says how). SITL
+# holds the values it held from every digit, except a value exactly halfway between two
+# floats, which the cast rounds to even and a parse of every digit rounds up or down by its
+# further digits: one float32 step.
 MANDATORY_FIELDS = (('timestamp', 'timestamp', 1), ('imu.gyro', 'gyro', 3),
                     ('imu.accel_body', 'accel_body', 3), ('position', 'position', 3),
                     ('quaternion', 'quaternion', 4), ('velocity', 'velocity', 3))
