@@ -1,6 +1,7 @@
 """The compiled frame loop (sources/compiled_frames.py): the replies, faults and bookkeeping."""
 
 from dataclasses import replace
+import errno
 import logging
 import math
 import time
@@ -20,6 +21,7 @@ from ardupilot_json_bridge.core.settings import LinkSettings, SAMPLES, StateSett
 from ardupilot_json_bridge.core.state import SensorState  # noqa: E402
 from ardupilot_json_bridge.link.session import RESEND_MIN  # noqa: E402
 from ardupilot_json_bridge.link.sitl_link import SitlLink  # noqa: E402
+from ardupilot_json_bridge.sources import compiled_frames  # noqa: E402
 from ardupilot_json_bridge.sources.compiled_frames import (  # noqa: E402
     compile_frames, CompiledFrames)
 from ardupilot_json_bridge.sources.mujoco_source import MujocoLockStep  # noqa: E402
@@ -222,6 +224,21 @@ def test_what_the_loop_cannot_serve_is_said_and_served_in_python(caplog):
     engine.stop()
     assert engine.blocker is not None and 'force model' in engine.blocker
     assert engine.link.compiled is None
+
+
+def test_a_loop_the_system_cannot_start_leaves_the_frames_to_python(monkeypatch):
+    # FrameLoop raises OSError where the system refuses its lock or its wait's clock.
+    def refused(*args: object) -> None:
+        raise OSError(errno.EINVAL, 'Invalid argument')
+    monkeypatch.setattr(compiled_frames._frame, 'FrameLoop', refused)
+    engine = Engine(True)
+    assert engine.blocker == ('the compiled frame loop could not start ([Errno 22] Invalid '
+                              'argument)')
+    assert engine.link.compiled is None
+    replies = stepped(engine, 5, [1500] * 16)
+    assert [reply['timestamp'] for reply in replies] == sorted(
+        {reply['timestamp'] for reply in replies})
+    assert engine.link.stats.replied == 5
 
 
 def test_the_replies_read_back_to_mujocos_own_state_in_ardupilot_conventions():

@@ -103,10 +103,13 @@ def compile_frames(links: Sequence[SitlLink], sources: Sequence[MujocoLockStep],
         blocker = loop_blocker(link, source)
         if blocker is not None:
             return blocker
-    if server is None:
-        links[0].compiled = CompiledFrames(links, sources)
-    else:
-        server.compiled = CompiledFrames(links, sources, server.world, server.waker)
+    try:
+        if server is None:
+            links[0].compiled = CompiledFrames(links, sources)
+        else:
+            server.compiled = CompiledFrames(links, sources, server.world, server.waker)
+    except OSError as error:  # the system refused the loop a thread's clock or lock
+        return f'the compiled frame loop could not start ({error})'
     for link in links:
         link.step_ahead = None
     return None
