@@ -98,8 +98,8 @@ static PyObject *py_decode_servo(PyObject *module, PyObject *arg) {
 /* ---- Numbers as SITL reads them back ----------------------------------------------------- */
 
 /*
- * printf's %.17g and %.9g give every digit correctly rounded, with multi-precision arithmetic:
- * the reply's 17 numbers took about 4 us a frame. A number needs less to read back exactly:
+ * printf's %.17g and %.9g give every digit correctly rounded, with multi-precision arithmetic,
+ * the costliest of the frame's own code. A number needs less to read back exactly:
  * its digits within half a step of the type it is read into. In 64-bit-mantissa long double
  * arithmetic the scaled value is off by at most about 1e-19 of itself (one product, one power
  * of ten rounded), so the digits are the correctly rounded ones, or one step away when the
