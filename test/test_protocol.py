@@ -96,16 +96,20 @@ def spread_values(count: int) -> list:
             -3.4e38, 1e9, 123456789.0, 0.7071067811865476, 1.0 - 1e-12] + values.tolist()
 
 
+def written_reply(values: list) -> tuple:
+    """Return the reply of 17 values in its order, and its JSON with each number as text."""
+    reply = SensorReply(timestamp=abs(values[0]), gyro=tuple(values[1:4]),
+                        accel_body=tuple(values[4:7]), position=tuple(values[7:10]),
+                        quaternion=tuple(values[10:14]), velocity=tuple(values[14:17]))
+    return reply, json.loads(encode_reply(reply)[0], parse_float=str, parse_int=str)
+
+
 def test_sitl_stores_the_same_values_as_from_every_digit():
     strtof, strtod = sitl_parser()
     values = spread_values(4000)
     float_fields = ('gyro', 'accel_body', 'velocity')
-    for start in range(0, len(values) - 12, 13):
-        chunk = values[start:start + 13]
-        reply = SensorReply(timestamp=abs(chunk[0]), gyro=tuple(chunk[0:3]),
-                            accel_body=tuple(chunk[3:6]), position=tuple(chunk[6:9]),
-                            velocity=tuple(chunk[9:12]), quaternion=tuple(chunk[9:13]))
-        document = json.loads(encode_reply(reply)[0], parse_float=str, parse_int=str)
+    for start in range(0, len(values) - 16, 17):
+        reply, document = written_reply(values[start:start + 17])
         sent = {name: getattr(reply, name) for name in float_fields + ('quaternion',)}
         written = dict(document['imu'], velocity=document['velocity'],
                        quaternion=document['quaternion'])
@@ -133,10 +137,7 @@ def test_any_double_and_float_reads_back_bit_for_bit():
     values = [float(v) for v in patterns * signs] + edges + [-v for v in edges]
     for start in range(0, len(values) - 16, 17):
         chunk = values[start:start + 17]
-        reply = SensorReply(timestamp=abs(chunk[0]), gyro=tuple(chunk[1:4]),
-                            accel_body=tuple(chunk[4:7]), position=tuple(chunk[7:10]),
-                            quaternion=tuple(chunk[10:14]), velocity=tuple(chunk[14:17]))
-        document = json.loads(encode_reply(reply)[0], parse_float=str, parse_int=str)
+        _, document = written_reply(chunk)
         doubles = [document['timestamp'], *document['position']]
         assert [struct.pack('<d', strtod(token)) for token in doubles] == [
             struct.pack('<d', value) for value in (abs(chunk[0]), *chunk[7:10])]
