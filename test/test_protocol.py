@@ -122,29 +122,59 @@ def test_sitl_stores_the_same_values_as_from_every_digit():
         assert strtod(document['timestamp']) == reply.timestamp
 
 
-def test_any_double_and_float_reads_back_bit_for_bit():
-    # Random bit patterns (every exponent, denormals too) and values at the edges of printf's
-    # notations and of the digits, as strtod and strtof read them: the double itself, and the
-    # float32 numpy rounds it to.
+def number_edges() -> list:
+    """Values at the edges of the digits and of printf's notations, both signs (float32's too)."""
+    powers = [float(f'1e{n}') for n in range(-323, 39)]
+    floats = [np.float32(power) for power in powers if 1e-45 <= power <= 1e38]
+    named = [0.0, 9.9999999e-5, 999999999.5, 99999999999999999.0, 5e-324,
+             2.2250738585072014e-308, 1.1754943508222875e-38, 1.4e-45, 3.4028234663852886e38,
+             0.1, 1.0 / 3.0]
+    edges = powers + named + [
+        float(np.nextafter(power, toward)) for power in powers for toward in (0.0, np.inf)] + [
+        float(np.nextafter(power, np.float32(toward))) for power in floats
+        for toward in (0.0, np.inf)]
+    edges = [value for value in edges if abs(value) <= 3.4028234663852886e38]
+    return edges + [-value for value in edges]
+
+
+def assert_read_back(values: list) -> None:
+    """Assert that a reply of 17 values reads back as SITL reads it, in printf's notation."""
     strtof, strtod = sitl_parser()
+    _, document = written_reply(values)
+    doubles = [document['timestamp'], *document['position']]
+    sent = [abs(values[0]), *values[7:10]]
+    assert [struct.pack('<d', strtod(token)) for token in doubles] == [
+        struct.pack('<d', value) for value in sent], (doubles, sent)
+    floats = [*document['imu']['gyro'], *document['imu']['accel_body'],
+              *document['quaternion'], *document['velocity']]
+    stored = [np.float32(value) for value in values[1:7] + values[10:17]]
+    assert [struct.pack('<f', strtof(token)) for token in floats] == [
+        struct.pack('<f', value) for value in stored], (floats, stored)
+    # The last digit may differ from printf's at a near-tie; the notation may not.
+    printed = ['%.17g' % value for value in sent] + ['%.9g' % value for value in stored]
+    assert [token.partition('e')[1:] for token in doubles + floats] == [
+        text.partition('e')[1:] for text in printed]
+
+
+def test_an_edge_reads_back_bit_for_bit_as_a_double_and_as_a_float():
+    # Each value in every field: 17 digits of the double, 9 of its float32.
+    for edge in number_edges():
+        assert_read_back([edge] * 17)
+
+
+def test_any_double_and_float_reads_back_bit_for_bit():
+    # Random bit patterns of doubles (every exponent, denormals too) and of float32s, as
+    # strtod and strtof read them: the double itself, and the float32 numpy rounds it to.
     rng = np.random.default_rng(32)
-    patterns = rng.integers(0, 2 ** 63, 12000, dtype=np.uint64).view(np.float64)
-    patterns = patterns[np.abs(patterns) <= 3.4e38]
-    signs = np.where(rng.integers(0, 2, patterns.size) == 1, -1.0, 1.0)
-    edges = [1e-4, 9.9999999e-5, 0.000099999999999999991, 1e9, 999999999.5, 1e16, 1e17,
-             99999999999999999.0, 5e-324, 2.2250738585072014e-308, 1.1754943508222875e-38,
-             3.4028234663852886e38, 0.1, 1.0 / 3.0]
-    values = [float(v) for v in patterns * signs] + edges + [-v for v in edges]
-    for start in range(0, len(values) - 16, 17):
-        chunk = values[start:start + 17]
-        _, document = written_reply(chunk)
-        doubles = [document['timestamp'], *document['position']]
-        assert [struct.pack('<d', strtod(token)) for token in doubles] == [
-            struct.pack('<d', value) for value in (abs(chunk[0]), *chunk[7:10])]
-        floats = [*document['imu']['gyro'], *document['imu']['accel_body'],
-                  *document['quaternion'], *document['velocity']]
-        assert [struct.pack('<f', strtof(token)) for token in floats] == [
-            struct.pack('<f', np.float32(value)) for value in chunk[1:7] + chunk[10:17]]
+    doubles = rng.integers(0, 2 ** 63, 12000, dtype=np.uint64).view(np.float64)
+    floats = rng.integers(0, 2 ** 31, 12000, dtype=np.uint32).view(np.float32)
+    values = np.concatenate([doubles, floats[np.isfinite(floats)].astype(float)])
+    values = values[np.abs(values) <= 3.4028234663852886e38]
+    signs = np.where(rng.integers(0, 2, values.size) == 1, -1.0, 1.0)
+    values = [float(value) for value in values * signs]
+    values += [0.0] * (-len(values) % 17)
+    for start in range(0, len(values), 17):
+        assert_read_back(values[start:start + 17])
 
 
 def test_a_value_halfway_between_two_floats_is_stored_one_step_from_every_digit_at_most():

@@ -104,14 +104,16 @@ static PyObject *py_decode_servo(PyObject *module, PyObject *arg) {
  * arithmetic the scaled value is off by at most about 1e-19 of itself (one product, one power
  * of ten rounded), so the digits are the correctly rounded ones, or one step away when the
  * value lies that close to halfway: 17 digits then stay within 0.52e-16 of a double (half its
- * step is at least 0.55e-16), 9 digits within 0.6e-8 of a float32 (half its step is at least
- * 3e-8). Where long double is no wider than double, printf writes them.
+ * step is at least 2^-54, 0.55e-16), 9 digits within 0.6e-8 of a float32 (half its step is
+ * at least 2^-25, 2.98e-8). With binary128 (113 bits) the margin is wider still; where long
+ * double is narrower (double, or double-double), printf writes them.
  */
 /* The most a number takes, with its terminating zero: -1.2345678901234567e-308. */
 #define NUMBER_ROOM 25
-#define POWER_LOW (-30)
+#define POWER_LOW (-32)
 #define POWER_HIGH 345
-#if LDBL_MANT_DIG >= 64
+/* x87 extended (64-bit mantissa) and IEEE binary128 (113); not double-double (106). */
+#if LDBL_MANT_DIG == 64 || LDBL_MANT_DIG == 113
 #define FAST_DIGITS 1
 static long double power_of_ten[POWER_HIGH - POWER_LOW + 1];
 
@@ -130,7 +132,8 @@ static void fill_powers_of_ten(void) {}
 
 /*
  * Write value (finite, |value| <= FLOAT32_MAX) as printf's %.<digits>g would, digits 9 or 17,
- * to out (room for NUMBER_ROOM); return the length. Reads back to the same double (17) or float (9).
+ * to out (room for NUMBER_ROOM); return the length. It reads back to the same double (17)
+ * or float (9); its last digit may differ from printf's at a near-tie.
  */
 static int format_number(char *out, double value, int digits) {
 #if FAST_DIGITS
@@ -141,19 +144,26 @@ static int format_number(char *out, double value, int digits) {
     *p++ = '0';
     return (int)(p - out);
   }
+  /* log10 may be one off near a power of ten: the scaled value shows it, and is scaled again */
   int exponent = (int)floor(log10(magnitude));
+  int shift = digits - 1 - exponent;
+  if (shift <= POWER_LOW || shift >= POWER_HIGH)
+    return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
   long double low = power_of_ten[digits - 1 - POWER_LOW];
   long double high = power_of_ten[digits - POWER_LOW];
-  long double scaled = 0.0L;
-  for (int tries = 0; tries < 3; tries++) {  /* log10 may be one off near a power of ten */
-    int shift = digits - 1 - exponent;
-    if (shift < POWER_LOW || shift > POWER_HIGH) break;
-    scaled = (long double)magnitude * power_of_ten[shift - POWER_LOW];
-    if (scaled >= high - 0.5L) exponent++;
-    else if (scaled < low) exponent--;
-    else break;
+  long double scaled = (long double)magnitude * power_of_ten[shift - POWER_LOW];
+  if (scaled < low) {
+    exponent--;
+    scaled = (long double)magnitude * power_of_ten[shift + 1 - POWER_LOW];
+  } else if (scaled >= high) {
+    exponent++;
+    scaled = (long double)magnitude * power_of_ten[shift - 1 - POWER_LOW];
   }
   long long whole = llrintl(scaled);
+  if (whole == (long long)high) { /* rounded up to 10^digits: a one and zeros, a power up */
+    whole /= 10;
+    exponent++;
+  }
   if (!(whole >= (long long)low && whole < (long long)high))
     return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
   char figures[20];
@@ -212,8 +222,15 @@ static int sendable(const double *values) {
   return values[0] >= 0.0;
 }
 
-/* Append text (a literal) at p; return the end. */
-#define APPEND(p, text) (memcpy((p), (text), sizeof(text) - 1), (p) + sizeof(text) - 1)
+/* The mandatory part fits the reply with room for the flags and the closing brace after it. */
+#define MANDATORY_ROOM (NUMBER_ROOM * MANDATORY_VALUES + 128)
+#define SUFFIX_ROOM 40
+_Static_assert(REPLY_CAPACITY - SUFFIX_ROOM >= MANDATORY_ROOM, "a reply holds its numbers");
+_Static_assert(sizeof(",\"no_time_sync\":1,\"no_lockstep\":1}\n") <= SUFFIX_ROOM,
+               "a reply holds its flags");
+
+/* Append text (a string literal) at p; return the end. */
+#define APPEND(p, text) (memcpy((p), "" text, sizeof(text) - 1), (p) + sizeof(text) - 1)
 
 /* Write the reply's mandatory part (no closing brace); its length, or -1 if not sendable. */
 static int format_mandatory(char *out, size_t capacity, const double *v) {
@@ -222,7 +239,7 @@ static int format_mandatory(char *out, size_t capacity, const double *v) {
       "\n{\"timestamp\":", ",\"imu\":{\"gyro\":[", ",", ",", "],\"accel_body\":[", ",", ",",
       "]},\"position\":[", ",", ",", "],\"quaternion\":[", ",", ",", ",", "],\"velocity\":[",
       ",", ","};
-  if (!sendable(v) || capacity < NUMBER_ROOM * MANDATORY_VALUES + 128) return -1;
+  if (!sendable(v) || capacity < MANDATORY_ROOM) return -1;
   char *p = out;
   for (int i = 0; i < MANDATORY_VALUES; i++) {
     size_t key = strlen(before[i]);
@@ -1131,7 +1148,7 @@ static int answer(FrameLoop *self, int k) {
     enu_to_ned(r + 1, v + 7);
     enu_to_ned(r + 8, v + 14);
     if (ros_to_ned_frd(r[4], r[5], r[6], r[7], v + 10))
-      length = format_mandatory(frame->reply, sizeof(frame->reply) - 40, v);
+      length = format_mandatory(frame->reply, sizeof(frame->reply) - SUFFIX_ROOM, v);
   }
   if (length >= 0) {
     char *end = frame->reply + length;
