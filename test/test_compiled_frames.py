@@ -227,7 +227,7 @@ def test_what_the_loop_cannot_serve_is_said_and_served_in_python(caplog):
 
 
 def test_a_loop_the_system_cannot_start_leaves_the_frames_to_python(monkeypatch):
-    # FrameLoop raises OSError where the system refuses its lock or its wait's clock.
+    # FrameLoop raises OSError where the system refuses its timed wait's clock.
     def refused(*args: object) -> None:
         raise OSError(errno.EINVAL, 'Invalid argument')
     monkeypatch.setattr(compiled_frames._frame, 'FrameLoop', refused)

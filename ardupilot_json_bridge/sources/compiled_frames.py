@@ -108,7 +108,7 @@ def compile_frames(links: Sequence[SitlLink], sources: Sequence[MujocoLockStep],
             links[0].compiled = CompiledFrames(links, sources)
         else:
             server.compiled = CompiledFrames(links, sources, server.world, server.waker)
-    except OSError as error:  # the system refused the loop a thread's clock or lock
+    except OSError as error:  # the system refused the clock of the loop's timed wait
         return f'the compiled frame loop could not start ({error})'
     for link in links:
         link.step_ahead = None
