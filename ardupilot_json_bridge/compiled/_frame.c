@@ -130,6 +130,11 @@ static void fill_powers_of_ten(void) {
 static void fill_powers_of_ten(void) {}
 #endif
 
+/* Write value by printf's %.9g or %.17g (digits 9 or 17) to out; return the length. */
+static int printed_number(char *out, double value, int digits) {
+  return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+}
+
 /*
  * Write value (finite, |value| <= FLOAT32_MAX) as printf's %.<digits>g would, digits 9 or 17,
  * to out (room for NUMBER_ROOM); return the length. It reads back to the same double (17)
@@ -148,7 +153,7 @@ static int format_number(char *out, double value, int digits) {
   int exponent = (int)floor(log10(magnitude));
   int shift = digits - 1 - exponent;
   if (shift <= POWER_LOW || shift >= POWER_HIGH)
-    return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+    return printed_number(out, value, digits);
   long double low = power_of_ten[digits - 1 - POWER_LOW];
   long double high = power_of_ten[digits - POWER_LOW];
   long double scaled = (long double)magnitude * power_of_ten[shift - POWER_LOW];
@@ -165,7 +170,7 @@ static int format_number(char *out, double value, int digits) {
     exponent++;
   }
   if (!(whole >= (long long)low && whole < (long long)high))
-    return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+    return printed_number(out, value, digits);
   char figures[20];
   for (int i = digits - 1; i >= 0; i--) {
     figures[i] = (char)('0' + whole % 10);
@@ -202,7 +207,7 @@ static int format_number(char *out, double value, int digits) {
   }
   return (int)(p - out);
 #else
-  return snprintf(out, NUMBER_ROOM, digits == 9 ? "%.9g" : "%.17g", value);
+  return printed_number(out, value, digits);
 #endif
 }
 
@@ -647,7 +652,6 @@ static void read_vehicle(Vehicle *vehicle, double *r) {
   }
 }
 
-/* A tuple of n floats, or NULL with the error set. */
 /*
  * Untrack a tuple of numbers (or of such tuples) from the cyclic garbage collector: it cannot
  * be part of a cycle. CPython's collector untracks such a tuple itself, but only when a pass
@@ -658,6 +662,7 @@ static PyObject *numbers_only(PyObject *tuple) {
   return tuple;
 }
 
+/* A tuple of n floats, or NULL with the error set. */
 static PyObject *floats(const double *values, int n) {
   PyObject *tuple = PyTuple_New(n);
   if (!tuple) return NULL;
